@@ -1,0 +1,42 @@
+"""One error hierarchy for everything fullcomp rejects.
+
+Every class derives from :class:`FullcompError` and from the matching builtin
+(``ValueError``, ``RuntimeError``), so ``except ValueError`` in user code still
+works.  Messages name the offending argument and say how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FullcompError(Exception):
+    """Base class of every error raised by fullcomp."""
+
+
+class ModelError(FullcompError, ValueError):
+    """The declared problem is malformed (outer function, inner map, shapes)."""
+
+
+class DomainError(FullcompError, ValueError):
+    """A feasible set is malformed: negative radius, empty or unbounded set, bad shape."""
+
+
+class OptionError(FullcompError, ValueError):
+    """A solver option is invalid: zero or missing budget, unknown variant, bad schedule."""
+
+
+class OracleError(FullcompError, RuntimeError):
+    """The inner map returned something unusable during a run.
+
+    ``result`` holds the run up to the last finite state, so nothing computed
+    before the failure is lost.
+    """
+
+    def __init__(self, message: str, result: Any = None):
+        super().__init__(message)
+        self.result = result
+
+
+class SolverError(FullcompError, RuntimeError):
+    """A convex subproblem could not be solved, even after the fallback solver."""

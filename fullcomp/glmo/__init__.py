@@ -1,0 +1,39 @@
+"""Generalized linear minimization oracles built from the declared F and X."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cvxpy as cp
+
+from fullcomp.errors import ModelError, OptionError
+from fullcomp.glmo.base import GLMOResult
+from fullcomp.glmo.colgen import ColumnGenerationGLMO
+from fullcomp.glmo.conic import ConicGLMO
+from fullcomp.model.composite import Outer
+from fullcomp.sets.base import Set
+
+ROUTES = ("auto", "conic", "colgen")
+
+
+def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30) -> ConicGLMO | ColumnGenerationGLMO:
+    """Build the GLMO ``min_{x in X} F(z + V (x - y), x)`` for an outer function and a set.
+
+    ``route="auto"`` takes column generation when F reads only the
+    placeholder and the set has a cheap LMO, the conic program otherwise.
+    ``outer`` is a CVXPY expression in ``fc.inner_value(n)`` (or an already
+    validated :class:`~fullcomp.model.Outer`).
+    """
+    if route not in ROUTES:
+        raise OptionError(f"route must be one of {ROUTES}, got {route!r}")
+    if not isinstance(outer, Outer):
+        outer = Outer(outer, domain)
+    colgen_ok = not outer.depends_on_x and domain.cheap_lmo
+    if route == "colgen" and outer.depends_on_x:
+        raise ModelError("route='colgen' needs an outer function of the placeholder only; use 'conic' or 'auto'")
+    if route == "colgen" or (route == "auto" and colgen_ok):
+        return ColumnGenerationGLMO(outer, domain, pool=pool)
+    return ConicGLMO(outer, domain)
+
+
+__all__ = ["build_glmo", "GLMOResult", "ConicGLMO", "ColumnGenerationGLMO"]

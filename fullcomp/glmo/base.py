@@ -1,0 +1,60 @@
+"""The generalized LMO  min_{x in X} F(z + V (x - y), x)  and its certificate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullcomp.errors import OptionError
+from fullcomp.sets.base import Set
+
+
+@dataclass
+class GLMOResult:
+    """A GLMO answer: ``x`` in X, the model value at ``x``, a certified bound on
+    ``value - min``, and the number of oracle calls spent (pricing LMOs for
+    column generation, conic solves for the conic route)."""
+
+    x: np.ndarray
+    value: float
+    gap_bound: float
+    calls: int
+
+
+def as_numpy(a: Any) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        return a.detach().cpu().numpy().astype(np.float64, copy=False)
+    return np.asarray(a, dtype=np.float64)
+
+
+def affine_model(z: Any, V: Any, y: Any, n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(c, V) with c = z - V y, V as an (n, d) array: the model is c + V x."""
+    z, V, y = as_numpy(z).reshape(-1), as_numpy(V), as_numpy(y).reshape(-1)
+    if z.shape != (n,) or y.shape != (d,) or V.size != n * d:
+        raise OptionError(
+            f"GLMO inputs must be z of size {n}, V of size {n}x{d}, y of size {d}; "
+            f"got z {z.shape}, V {V.shape}, y {y.shape}"
+        )
+    V = V.reshape(n, d)
+    return z - V @ y, V
+
+
+def linear_certificate(g: np.ndarray, x: np.ndarray, domain: Set) -> tuple[float, np.ndarray]:
+    """<g, x - s> with s = lmo(g).
+
+    When g = V^T q and q is a subgradient of F at c + V x, convexity of F gives
+    F(c + V x') >= F(c + V x) - <g, x - s> for every x' in X, so this bounds
+    the GLMO suboptimality of x.  Returns the bound and the atom s.
+    """
+    atom = np.asarray(domain.lmo(g.reshape(domain.shape)), dtype=np.float64).reshape(-1)
+    return max(float(g @ (x - atom)), 0.0), atom
+
+
+def check_tol(tol: float | None, max_calls: int | None) -> None:
+    if tol is not None and not (np.isfinite(tol) and tol > 0):
+        raise OptionError(f"tol must be a positive number, got {tol}")
+    if max_calls is not None and (not isinstance(max_calls, (int, np.integer)) or max_calls < 1):
+        raise OptionError(f"max_calls must be a positive int, got {max_calls}")

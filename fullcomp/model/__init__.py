@@ -1,0 +1,7 @@
+"""Declaration layer: placeholders, outer-function helpers, problems."""
+
+from fullcomp.model.composite import CompositeProblem, Outer
+from fullcomp.model.outer import chi2_dro, cvar
+from fullcomp.model.placeholder import inner_value
+
+__all__ = ["CompositeProblem", "Outer", "inner_value", "cvar", "chi2_dro"]

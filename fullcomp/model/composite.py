@@ -1,0 +1,182 @@
+"""The declared problem min_{x in X} F(f(x), x), validated once at construction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import cvxpy as cp
+import numpy as np
+import torch
+from cvxpy.transforms.partial_optimize import PartialProblem
+
+from fullcomp.errors import DomainError, ModelError
+from fullcomp.model.placeholder import is_placeholder
+from fullcomp.sets.base import Set
+
+Sampler = Callable[[torch.Generator], Any]
+InnerMap = Callable[[torch.Tensor, Any], torch.Tensor]
+
+
+def free_variables(expr: cp.Expression) -> list[cp.Variable]:
+    """Variables of ``expr``, leaving out those a partial minimization optimizes away."""
+    if isinstance(expr, PartialProblem):
+        return list(expr.dont_opt_vars)
+    if isinstance(expr, cp.Variable):
+        return [expr]
+    seen: dict[int, cp.Variable] = {}
+    for arg in getattr(expr, "args", []):
+        for v in free_variables(arg):
+            seen[v.id] = v
+    return list(seen.values())
+
+
+def non_dcp_atom(expr: cp.Expression) -> cp.Expression:
+    """The deepest sub-expression that breaks the DCP rules (or the root if it is concave)."""
+    for arg in getattr(expr, "args", []):
+        if isinstance(arg, cp.Expression) and not arg.is_dcp():
+            return non_dcp_atom(arg)
+    return expr
+
+
+def describe_atom(expr: cp.Expression) -> str:
+    text = str(expr)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"atom {type(expr).__name__} in `{text}`"
+
+
+class Outer:
+    """The outer function F(u, x): the user's CVXPY expression plus its placeholder.
+
+    ``value(u, x)`` evaluates F numerically; ``depends_on_x`` tells whether F
+    reads the domain variable (then only the conic GLMO route applies).
+    """
+
+    def __init__(self, expr: Any, domain: Set):
+        if not isinstance(expr, cp.Expression):
+            raise ModelError(
+                f"outer must be a CVXPY expression in fc.inner_value(n), e.g. cp.max(u); got {type(expr).__name__}"
+            )
+        if expr.size != 1:
+            raise ModelError(f"outer must be scalar; it has shape {expr.shape} (wrap it in cp.max, cp.sum, ...)")
+        if not expr.is_convex():
+            if expr.is_concave():
+                raise ModelError(f"outer is concave, not convex ({describe_atom(expr)}); fullcomp minimizes a convex F")
+            raise ModelError(
+                f"outer is not convex under the DCP rules: {describe_atom(non_dcp_atom(expr))} "
+                "receives an argument of the wrong curvature. Rewrite F with DCP atoms."
+            )
+        variables = free_variables(expr)
+        holders = [v for v in variables if is_placeholder(v)]
+        if not holders:
+            raise ModelError("outer does not use the placeholder: write F in u = fc.inner_value(n), e.g. cp.max(u)")
+        if len(holders) > 1:
+            raise ModelError("outer uses more than one fc.inner_value placeholder; use a single one of size n")
+        others = [v for v in variables if not is_placeholder(v) and v is not domain.variable]
+        if others:
+            raise ModelError(
+                f"outer uses variable {others[0].name()} which is neither the placeholder nor domain.variable; "
+                "write x-dependent terms in domain.variable"
+            )
+        for p in expr.parameters():
+            if p.value is None:
+                raise ModelError(f"outer uses parameter {p.name()} with no value; set it before building the problem")
+        self.expr = expr
+        self.u: cp.Variable = holders[0]
+        self.n = int(self.u.shape[0])
+        self.domain = domain
+        self.depends_on_x = any(v is domain.variable for v in variables)
+
+    def value(self, u: np.ndarray, x: np.ndarray | None = None) -> float:
+        self.u.value = np.asarray(u, dtype=float)
+        if self.depends_on_x:
+            self.domain.variable.value = np.asarray(x, dtype=float).reshape(self.domain.shape)
+        out = self.expr.value
+        return float(np.asarray(out).reshape(()))
+
+
+class CompositeProblem:
+    """min over x in ``domain`` of F(f(x), x), with f(x) = E[inner(x, batch)].
+
+    Parameters
+    ----------
+    outer : cvxpy.Expression
+        Convex, scalar, written in ``fc.inner_value(n)`` and optionally in
+        ``domain.variable``.
+    inner : callable
+        ``inner(x, batch) -> Tensor of shape (n,)``, differentiable in ``x``
+        with ``torch.func``.  ``x`` has the domain's shape.
+    domain : fullcomp set
+        A compact convex set (``fc.Simplex``, ``fc.NuclearBall``, ...).
+    sampler : callable, optional
+        ``sampler(generator) -> batch``; ``None`` for a deterministic map
+        (``batch`` is then ``None``).
+    x0 : array or tensor, optional
+        Start point in ``domain``; default the origin, or its projection.
+    full_batch : optional
+        A batch for which ``inner`` returns the exact f(x) (the whole data
+        set); used by ``hmsfw(..., exact=True)`` and by :meth:`objective`.
+    """
+
+    def __init__(
+        self,
+        outer: cp.Expression,
+        inner: InnerMap,
+        domain: Set,
+        sampler: Sampler | None = None,
+        x0: Any = None,
+        full_batch: Any = None,
+    ):
+        if not isinstance(domain, Set):
+            raise DomainError(
+                f"domain must be a fullcomp set (fc.Simplex, fc.L1Ball, fc.NuclearBall, ...), got {type(domain).__name__}"
+            )
+        self.domain = domain
+        self.outer = Outer(outer, domain)
+        if not callable(inner):
+            raise ModelError(f"inner must be a callable inner(x, batch) -> Tensor, got {type(inner).__name__}")
+        if sampler is not None and not callable(sampler):
+            raise ModelError("sampler must be a callable sampler(generator) -> batch, or None")
+        self.inner = inner
+        self.sampler = sampler
+        self.full_batch = full_batch
+        if x0 is None:
+            x0 = domain.default_point()
+        x0 = x0.detach().cpu().numpy() if isinstance(x0, torch.Tensor) else np.asarray(x0, dtype=float)
+        if x0.shape != domain.shape:
+            raise DomainError(f"x0 has shape {x0.shape} but the domain has shape {domain.shape}")
+        if not domain.contains(x0, tol=1e-6):
+            raise DomainError("x0 is not in the domain; pass a feasible start or domain.project(x0)")
+        self.x0 = x0
+        self._check_inner()
+
+    @property
+    def n(self) -> int:
+        return self.outer.n
+
+    @property
+    def stochastic(self) -> bool:
+        return self.sampler is not None
+
+    def sample(self, generator: torch.Generator) -> Any:
+        return None if self.sampler is None else self.sampler(generator)
+
+    def _check_inner(self) -> None:
+        from fullcomp.oracles import check_inner_output
+
+        batch = self.sample(torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            out = self.inner(torch.as_tensor(self.x0, dtype=torch.float64), batch)
+        check_inner_output(out, self.n, where="at x0 while building the problem")
+
+    def objective(self, x: Any, batch: Any = None) -> float:
+        """phi(x) = F(f(x), x) with f from ``batch`` (default ``full_batch``)."""
+        if batch is None:
+            batch = self.full_batch
+        if batch is None and self.stochastic:
+            raise ModelError("objective of a stochastic problem needs a batch or CompositeProblem(full_batch=...)")
+        xt = torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x), dtype=torch.float64)
+        with torch.no_grad():
+            u = self.inner(xt, batch).detach().cpu().numpy()
+        return self.outer.value(u, xt.numpy())

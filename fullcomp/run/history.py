@@ -1,0 +1,96 @@
+"""Per-iteration records, written atomically as CSV or JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+    """Write to a temporary file in the same folder, then rename: a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def plain(value: Any) -> Any:
+    """Python scalars for JSON and CSV (numpy and torch scalars included)."""
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class History:
+    """A list of dict rows, one per recorded iteration."""
+
+    def __init__(self, rows: Iterable[dict] | None = None):
+        self.rows: list[dict] = [dict(r) for r in rows or []]
+
+    def append(self, row: dict) -> None:
+        self.rows.append({k: plain(v) for k, v in row.items()})
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.rows[i]
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    @property
+    def columns(self) -> list[str]:
+        cols: dict[str, None] = {}
+        for row in self.rows:
+            cols.update(dict.fromkeys(row))
+        return list(cols)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column as a float array (NaN where a row lacks it)."""
+        return np.array([float(r.get(name, np.nan)) for r in self.rows])
+
+    def to_csv(self, path: str | os.PathLike) -> None:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self.columns, restval="")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        write_atomic(path, buf.getvalue())
+
+    def to_json(self, path: str | os.PathLike) -> None:
+        write_atomic(path, json.dumps(self.rows, indent=1))
+
+    @classmethod
+    def read_csv(cls, path: str | os.PathLike) -> History:
+        with open(path, newline="") as fh:
+            rows = [{k: _number(v) for k, v in row.items() if v != ""} for row in csv.DictReader(fh)]
+        return cls(rows)
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -1,0 +1,52 @@
+"""What a solver returns."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullcomp.run.history import History, plain, write_atomic
+
+
+class Result:
+    """A finished run: the iterate ``x``, the ``history`` and a summary ``info``.
+
+    Method-specific outputs (``x_phi``, ``y``, trackers, ...) are attributes too.
+    """
+
+    def __init__(self, x: torch.Tensor, history: History, info: dict, **extras: Any):
+        self.x, self.history, self.info = x, history, info
+        self.extras = extras
+
+    def __getattr__(self, name: str) -> Any:
+        extras = self.__dict__.get("extras", {})
+        if name in extras:
+            return extras[name]
+        raise AttributeError(f"Result has no attribute {name!r}; available: x, history, info, {', '.join(extras)}")
+
+    def to_csv(self, path: str | os.PathLike) -> None:
+        """The history as CSV, one row per recorded iteration."""
+        self.history.to_csv(path)
+
+    def summary(self) -> dict:
+        last = self.history[-1] if len(self.history) else {}
+        return {**{k: plain(v) for k, v in self.info.items()}, "final": last}
+
+    def save(self, folder: str | os.PathLike) -> Path:
+        """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` into ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.history.to_csv(folder / "history.csv")
+        write_atomic(folder / "summary.json", json.dumps(self.summary(), indent=1, default=str))
+        with open(folder / ".x.npy.tmp", "wb") as fh:
+            np.save(fh, self.x.detach().cpu().numpy())
+        os.replace(folder / ".x.npy.tmp", folder / "x.npy")
+        return folder
+
+    def __repr__(self) -> str:
+        return f"Result(method={self.info.get('method')!r}, iterations={self.info.get('iterations')}, rows={len(self.history)})"

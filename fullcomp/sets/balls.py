@@ -1,0 +1,134 @@
+"""Norm balls centred at the origin: l1, l2 (Frobenius) and nuclear norm."""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse.linalg as spla
+
+from fullcomp.errors import DomainError
+from fullcomp.sets.base import Set, as_shape, check_radius, numeric
+
+
+def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
+    """Projection onto {||v||_1 <= radius} (Duchi et al., 2008), any shape."""
+    flat = v.ravel()
+    if np.abs(flat).sum() <= radius:
+        return v.copy()
+    return (np.sign(flat) * project_simplex(np.abs(flat), radius)).reshape(v.shape)
+
+
+def project_simplex(v: np.ndarray, total: float) -> np.ndarray:
+    """Projection of a vector onto {w >= 0, sum w = total}."""
+    if total == 0:
+        return np.zeros_like(v)
+    mu = np.sort(v)[::-1]
+    cssv = np.cumsum(mu) - total
+    ind = np.arange(1, v.size + 1)
+    rho = np.nonzero(mu - cssv / ind > 0)[0][-1]
+    theta = cssv[rho] / (rho + 1.0)
+    return np.maximum(v - theta, 0.0)
+
+
+class L1Ball(Set):
+    """{x : sum |x_i| <= radius}, entrywise for any shape."""
+
+    def __init__(self, shape, radius: float = 1.0):
+        self.shape = as_shape(shape)
+        self.radius = check_radius(radius)
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    @numeric
+    def lmo(self, d: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(d)
+        i = np.argmax(np.abs(d))
+        if d.flat[i] != 0:
+            out.flat[i] = -self.radius * np.sign(d.flat[i])
+        return out
+
+    @numeric
+    def project(self, p: np.ndarray) -> np.ndarray:
+        return project_l1(p, self.radius)
+
+    def cvxpy_constraints(self, var):
+        return [cp.sum(cp.abs(var)) <= self.radius]
+
+
+class L2Ball(Set):
+    """{x : ||x||_2 <= radius}, Frobenius norm for matrices."""
+
+    def __init__(self, shape, radius: float = 1.0):
+        self.shape = as_shape(shape)
+        self.radius = check_radius(radius)
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    @numeric
+    def lmo(self, d: np.ndarray) -> np.ndarray:
+        norm = np.linalg.norm(d)
+        return np.zeros_like(d) if norm == 0 else -self.radius * d / norm
+
+    @numeric
+    def project(self, p: np.ndarray) -> np.ndarray:
+        norm = np.linalg.norm(p)
+        return p.copy() if norm <= self.radius else p * (self.radius / norm)
+
+    def cvxpy_constraints(self, var):
+        return [cp.norm(cp.vec(var, order="C"), 2) <= self.radius]
+
+
+class NuclearBall(Set):
+    """{X : ||X||_* <= radius} for a P x Q matrix.
+
+    The LMO is ``-radius u v^T`` for the top singular pair of the direction,
+    found by ARPACK (``scipy.sparse.linalg.svds``) so that only one pair is
+    computed; the projection needs all singular values and uses a full SVD.
+    """
+
+    def __init__(self, shape, radius: float = 1.0):
+        self.shape = as_shape(shape)
+        if len(self.shape) != 2:
+            raise DomainError(f"NuclearBall needs a matrix shape (P, Q), got {self.shape}")
+        self.radius = check_radius(radius)
+        # A fixed ARPACK start vector makes the LMO deterministic, so runs repeat exactly.
+        self._v0 = np.random.default_rng(0).standard_normal(min(self.shape))
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    def top_singular_pair(self, d) -> tuple[np.ndarray, float, np.ndarray]:
+        """(u, sigma, v) with d v = sigma u for the largest singular value; d may be sparse."""
+        p, q = d.shape
+        if min(p, q) == 1:
+            dense = np.asarray(d.todense() if hasattr(d, "todense") else d).reshape(p, q)
+            sigma = float(np.linalg.norm(dense))
+            if sigma == 0:
+                return np.zeros(p), 0.0, np.zeros(q)
+            if p == 1:
+                return np.ones(1), sigma, dense[0] / sigma
+            return dense[:, 0] / sigma, sigma, np.ones(1)
+        u, s, vt = spla.svds(d, k=1, v0=self._v0, tol=1e-10)
+        return u[:, 0], float(s[0]), vt[0]
+
+    @numeric
+    def lmo(self, d: np.ndarray) -> np.ndarray:
+        if not np.any(d):
+            return np.zeros_like(d)
+        u, _, v = self.top_singular_pair(d)
+        return -self.radius * np.outer(u, v)
+
+    @numeric
+    def project(self, p: np.ndarray) -> np.ndarray:
+        u, s, vt = np.linalg.svd(p, full_matrices=False)
+        if s.sum() <= self.radius:
+            return p.copy()
+        return (u * project_simplex(s, self.radius)) @ vt
+
+    def cvxpy_constraints(self, var):
+        return [cp.normNuc(var) <= self.radius]

@@ -1,0 +1,110 @@
+"""The common interface of feasible sets: an LMO, a projection, CVXPY constraints."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import cvxpy as cp
+import numpy as np
+import torch
+
+from fullcomp.errors import DomainError
+
+Array = Any  # numpy array or torch tensor; results come back in the type given
+
+
+def as_shape(shape: Any, name: str = "shape") -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise DomainError(f"{name} must be an int or a tuple of ints, got {shape!r}") from None
+    if not shape or any(s <= 0 for s in shape):
+        raise DomainError(f"{name} must have positive sizes, got {shape!r}")
+    return shape
+
+
+def check_radius(radius: float, name: str = "radius") -> float:
+    radius = float(radius)
+    if not np.isfinite(radius) or radius < 0:
+        raise DomainError(f"{name} must be a finite number >= 0, got {radius}; pass e.g. {name}=1.0")
+    return radius
+
+
+def numeric(fn: Callable[..., np.ndarray]) -> Callable[..., Array]:
+    """Run a numpy implementation on numpy or torch input, returning the input's type."""
+
+    def wrapper(self: Set, point: Array, *args: Any, **kwargs: Any) -> Array:
+        if isinstance(point, torch.Tensor):
+            out = fn(self, self._check(point.detach().cpu().numpy().astype(np.float64)), *args, **kwargs)
+            return torch.as_tensor(out, dtype=point.dtype, device=point.device)
+        return fn(self, self._check(np.asarray(point, dtype=np.float64)), *args, **kwargs)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+class Set(ABC):
+    """A compact convex set X in R^shape.
+
+    ``lmo(d)`` returns a minimizer of <d, x> over X, ``project(p)`` the
+    Euclidean projection, ``cvxpy_constraints(var)`` the constraints that
+    define X for a CVXPY variable of ``shape``.
+    """
+
+    shape: tuple[int, ...]
+    #: True when ``lmo`` is a closed form or a cheap factorization, so column
+    #: generation can call it many times per GLMO.
+    cheap_lmo: bool = True
+    _variable: cp.Variable | None = None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def variable(self) -> cp.Variable:
+        """The CVXPY variable that stands for x in an outer function depending on x."""
+        if self._variable is None:
+            self._variable = cp.Variable(self.shape, name="x")
+        return self._variable
+
+    @property
+    @abstractmethod
+    def diameter(self) -> float:
+        """Largest Euclidean (Frobenius) distance between two points of X (an upper bound for ConvexSet)."""
+
+    @abstractmethod
+    def lmo(self, direction: Array) -> Array:
+        """A point of X minimizing <direction, x>."""
+
+    @abstractmethod
+    def project(self, point: Array) -> Array:
+        """The Euclidean projection of ``point`` onto X."""
+
+    @abstractmethod
+    def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
+        """CVXPY constraints stating ``var`` in X."""
+
+    def contains(self, point: Array, tol: float = 1e-9) -> bool:
+        p = point.detach().cpu().numpy() if isinstance(point, torch.Tensor) else np.asarray(point, float)
+        return bool(np.linalg.norm(p - np.asarray(self.project(p))) <= tol * max(1.0, self.diameter))
+
+    def default_point(self) -> np.ndarray:
+        """The start used when the user gives none: the origin, or its projection."""
+        zero = np.zeros(self.shape)
+        return zero if self.contains(zero) else np.asarray(self.project(zero))
+
+    def _check(self, a: np.ndarray) -> np.ndarray:
+        if a.shape != self.shape:
+            raise DomainError(f"{type(self).__name__} has shape {self.shape}, got an array of shape {a.shape}")
+        if not np.all(np.isfinite(a)):
+            raise DomainError(f"{type(self).__name__} received non-finite entries")
+        return a
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={self.shape})"

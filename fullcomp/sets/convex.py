@@ -1,0 +1,101 @@
+"""A compact convex set given by CVXPY constraints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import cvxpy as cp
+import numpy as np
+
+from fullcomp import solvers
+from fullcomp.errors import DomainError, SolverError
+from fullcomp.sets.base import Set, as_shape, numeric
+
+# Above this many coordinates the 2 d bounding-box programs that prove
+# boundedness are deferred to the first use of ``diameter``.
+EAGER_BOUND_CHECK = 200
+
+
+class ConvexSet(Set):
+    """X = {x : constraints(x)} for a function returning CVXPY constraints.
+
+    The LMO (a linear objective) and the projection (a least-squares
+    objective) are each one DPP program, compiled on the first call and
+    re-solved with new parameter values afterwards.  Construction proves the
+    set non-empty and bounded by solving for its bounding box; ``diameter`` is
+    that box's diagonal, an upper bound on the true diameter.
+    """
+
+    cheap_lmo = False
+
+    def __init__(self, shape, constraints: Callable[[cp.Variable], list]):
+        self.shape = as_shape(shape)
+        if not callable(constraints):
+            raise DomainError("constraints must be a function var -> list of CVXPY constraints")
+        self._constraint_fn = constraints
+        made = constraints(self.variable)
+        if isinstance(made, cp.Constraint):
+            made = [made]
+        made = list(made)
+        if not made or not all(isinstance(c, cp.Constraint) for c in made):
+            raise DomainError(
+                "constraints(var) must return a non-empty list of CVXPY constraints, e.g. [cp.norm(var, 1) <= 1]"
+            )
+        for c in made:
+            if not c.is_dcp():
+                raise DomainError(f"constraint {c} is not DCP (convex): it cannot define a convex set")
+        self._constraints = made
+        self._direction = cp.Parameter(self.shape)
+        self._point = cp.Parameter(self.shape)
+        self._lmo_problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(self._direction, self.variable))), made)
+        self._proj_problem = cp.Problem(cp.Minimize(cp.sum_squares(self.variable - self._point)), made)
+        self._diameter: float | None = None
+        if self.size <= EAGER_BOUND_CHECK:
+            self._bounding_box()
+
+    def _solve_lmo(self, d: np.ndarray) -> np.ndarray:
+        self._direction.value = d
+        try:
+            solvers.solve(self._lmo_problem, "ConvexSet LMO")
+        except SolverError:
+            status = self._lmo_problem.status
+            if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+                raise DomainError("ConvexSet is empty: its constraints are infeasible") from None
+            if status in (cp.UNBOUNDED, cp.UNBOUNDED_INACCURATE):
+                raise DomainError(
+                    "ConvexSet is unbounded: add bounds (e.g. cp.norm(var, 'inf') <= R) so it is compact"
+                ) from None
+            raise
+        return np.asarray(self.variable.value, dtype=float).reshape(self.shape)
+
+    def _bounding_box(self) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = np.empty(self.size), np.empty(self.size)
+        for i in range(self.size):
+            e = np.zeros(self.size)
+            e[i] = 1.0
+            lo[i] = self._solve_lmo(e.reshape(self.shape)).flat[i]
+            hi[i] = self._solve_lmo(-e.reshape(self.shape)).flat[i]
+        self._diameter = float(np.linalg.norm(hi - lo))
+        return lo, hi
+
+    @property
+    def diameter(self) -> float:
+        if self._diameter is None:
+            self._bounding_box()
+        return self._diameter
+
+    @numeric
+    def lmo(self, d: np.ndarray) -> np.ndarray:
+        return self._solve_lmo(d)
+
+    @numeric
+    def project(self, p: np.ndarray) -> np.ndarray:
+        self._point.value = p
+        solvers.solve(self._proj_problem, "ConvexSet projection")
+        return np.asarray(self.variable.value, dtype=float).reshape(self.shape)
+
+    def cvxpy_constraints(self, var):
+        if var is self.variable:
+            return list(self._constraints)
+        made = self._constraint_fn(var)
+        return [made] if isinstance(made, cp.Constraint) else list(made)
