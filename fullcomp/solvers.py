@@ -13,9 +13,12 @@ SOLVED = (cp.OPTIMAL,)
 # to within them, which is the gap we report for the conic route.
 ABS_TOL = 1e-8
 REL_TOL = 1e-8
+#: Solvers tried in order, and the options each is called with.
+SOLVERS: tuple[str, ...] = ("CLARABEL", "SCS")
+SOLVER_OPTIONS: dict[str, dict] = {"CLARABEL": {}, "SCS": {"eps": 1e-9, "max_iters": 100_000}}
 
 
-def solve(problem: cp.Problem, what: str, *, solvers: tuple[str, ...] = ("CLARABEL", "SCS")) -> str:
+def solve(problem: cp.Problem, what: str, *, solvers: tuple[str, ...] | None = None) -> str:
     """Solve ``problem`` with the first solver that reaches OPTIMAL; return its name.
 
     Raises :class:`SolverError` naming ``what`` and every status seen.  An
@@ -24,12 +27,13 @@ def solve(problem: cp.Problem, what: str, *, solvers: tuple[str, ...] = ("CLARAB
     unbounded set).
     """
     statuses = []
-    for name in solvers:
+    for name in SOLVERS if solvers is None else solvers:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                kwargs = {"eps": 1e-9, "max_iters": 100_000} if name == "SCS" else {}
-                problem.solve(solver=name, **kwargs)
+                # warm_start=False: a re-used Clarabel object rounds differently from a fresh one, and
+                # a resumed checkpoint must reproduce the uninterrupted trajectory exactly.
+                problem.solve(solver=name, warm_start=False, **SOLVER_OPTIONS.get(name, {}))
         except cp.error.SolverError as exc:
             statuses.append(f"{name}: {exc}".splitlines()[0])
             continue

@@ -1,5 +1,6 @@
 """Algorithms: each one function that reads like its pseudocode."""
 
 from fullcomp.algorithms.hmsfw import hmsfw
+from fullcomp.algorithms.smag import SMAGStepper, smag
 
-__all__ = ["hmsfw"]
+__all__ = ["hmsfw", "smag", "SMAGStepper"]

@@ -65,19 +65,17 @@ def drive(
     observe: Callable[[dict, int], dict] | None = None,
     components: dict[str, Any] | None = None,
     info: dict | None = None,
-    setup_seconds: float = 0.0,
 ) -> Result:
     """Run ``step`` until the budget is spent and return ``finish(state, history, info)``.
 
     ``observe(state, k)`` records the final state (outside optimizer time);
     ``components`` are objects with ``state_dict``/``load_state_dict`` (warm
-    GLMO pools) saved in checkpoints; ``setup_seconds`` is optimizer time
-    already spent producing ``state`` (the first oracle call).
+    GLMO pools) saved in checkpoints.
     """
     components = components or {}
     info = dict(info or {})
     history = History()
-    watch = Stopwatch(setup_seconds)
+    watch = Stopwatch()
     k = 0
     ckpt = loop.checkpoint
     saved = ckpt.load() if ckpt is not None else None
