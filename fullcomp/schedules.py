@@ -47,6 +47,11 @@ class Schedule:
         """gamma = 2/(k+2), beta = rho = 1: the deterministic Basic method (Corollary 1), O(1/K) convex."""
         return cls(lambda k: 2.0 / (k + 2), lambda k: 1.0, lambda k: 1.0, "exact")
 
+    @classmethod
+    def vanilla(cls) -> Schedule:
+        """gamma = 2/(k+2) with fresh minibatch estimates (beta = rho = 1): Vanilla SCFW, no tracking."""
+        return cls(lambda k: 2.0 / (k + 2), lambda k: 1.0, lambda k: 1.0, "vanilla")
+
     def at(self, k: int) -> tuple[float, float, float]:
         """(gamma_k, beta_{k+1}, rho_{k+1}), checked to lie in (0, 1]."""
         values = (float(self.gamma(k)), float(self.beta(k + 1)), float(self.rho(k + 1)))

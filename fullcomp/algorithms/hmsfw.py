@@ -14,9 +14,21 @@ from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle
 from fullcomp.run import Budget, Loop, Result, drive
 from fullcomp.schedules import Schedule, resolve
+from fullcomp.sets.atoms import DenseAtom
 from fullcomp.trackers import polyak, taylor
 
 VARIANTS = {"taylor": "taylor", "ii": "taylor", "polyak": "polyak", "i": "polyak"}
+#: Above this many entries the structured path does not rebuild the dense iterate.
+MAX_DENSE = 50_000_000
+
+
+def blend_atoms(atoms: dict, res: Any, gamma: float) -> dict:
+    """The atomic form of y_{k+1} = (1 - gamma) y_k + gamma x_k: {id: (atom, weight)}."""
+    blended = {key: (atom, (1 - gamma) * w) for key, (atom, w) in atoms.items()}
+    for atom, w in zip(res.atoms, res.weights):
+        old = blended.get(id(atom), (atom, 0.0))[1]
+        blended[id(atom)] = (atom, old + gamma * w)
+    return blended
 
 
 def hmsfw(
@@ -38,6 +50,8 @@ def hmsfw(
     eval_every: int | None = None,
     progress: bool = True,
     checkpoint: Any = None,
+    clip: float | None = None,
+    method: str | None = None,
 ) -> Result:
     """Minimize F(f(x), x) over X with tracked values and Jacobians and a GLMO step.
 
@@ -64,12 +78,18 @@ def hmsfw(
     callback : ``callback(iterate) -> dict | None | False`` every ``eval_every``
         iterations, outside optimizer time; a dict is merged into the history row.
     checkpoint : path or :class:`~fullcomp.run.Checkpoint`; an existing one is resumed.
+    clip : if set, each sampled Jacobian is rescaled to Frobenius norm at most ``clip``
+        (used by Clipped SCFW).
+    method : the name recorded in ``result.info["method"]`` (default from the variant).
 
     Returns
     -------
     Result with ``x`` (shape of the domain), ``history`` rows (``k``, ``time``,
     ``objective_estimate``, ``gap_estimate``, ``glmo_gap``, ``pricing_calls``),
-    and the trackers ``V`` and ``z``.
+    and the trackers ``V`` and ``z``.  When the problem declares ``reads``,
+    ``x_entries`` holds the iterate at ``reads`` followed by ``track`` (this is
+    also the ``x`` a callback sees), ``atoms`` its atomic form, and ``x`` the
+    dense point rebuilt from them (None above 5e7 entries).
     """
     if not isinstance(problem, CompositeProblem):
         raise ModelError(f"hmsfw needs a fc.CompositeProblem, got {type(problem).__name__}")
@@ -85,11 +105,26 @@ def hmsfw(
         raise OptionError("exact=True on a stochastic problem needs CompositeProblem(full_batch=...) for the exact f")
     if exact and schedule is None:
         sched = Schedule.exact()
+    if clip is not None and not (np.isfinite(clip) and clip > 0):
+        raise OptionError(f"clip must be a positive Frobenius-norm threshold, got {clip!r}")
 
     domain, outer = problem.domain, problem.outer
-    oracle = InnerOracle(problem.inner, outer.n, domain.shape, device, dtype)
+    reads = problem.reads
     solver = build_glmo(outer, domain, route=glmo, pool=pool)
     generator = torch.Generator(device=device).manual_seed(seed)
+    if reads is None:
+        # Dense path: the iterate is the whole point, the Jacobian is (n, d).
+        kept, oracle = None, InnerOracle(problem.inner, outer.n, domain.shape, device, dtype)
+        y0 = problem.x0.reshape(-1)
+    else:
+        # Structured path: the map reads x only at ``reads``, so the trackers live on those entries and
+        # the iterate is kept only there and at ``track`` (evaluation entries); the dense point is
+        # rebuilt from the atoms at the end.
+        kept = problem.kept_entries
+        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype)
+        y0 = problem.x0.reshape(-1)[kept.flat]
+    n_read = len(reads) if reads is not None else domain.size
+    start_atom = None if reads is None else DenseAtom(problem.x0)
 
     def batch() -> Any:
         return problem.full_batch if exact else problem.sample(generator)
@@ -97,10 +132,20 @@ def hmsfw(
     def numpy(t: torch.Tensor) -> np.ndarray:
         return t.detach().cpu().numpy().astype(np.float64, copy=False)
 
+    def tensor(a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(a, dtype=dtype, device=device)
+
+    def sample_at(y: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        value, jac = oracle(y[:n_read], batch(), k)
+        if clip is not None:
+            # Clipped SCFW: rescale the stacked Jacobian to Frobenius norm at most ``clip``.
+            jac = jac * torch.clamp(clip / torch.linalg.norm(jac).clamp_min(1e-300), max=1.0)
+        return value, jac
+
     # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
-    y0 = torch.as_tensor(problem.x0, dtype=dtype, device=device).reshape(-1)
-    value, jac = oracle(y0, batch(), 0)
-    state = {"y": y0, "y_prev": y0, "V": jac, "z": value}
+    y0 = tensor(y0)
+    value, jac = sample_at(y0, 0)
+    state = {"y": y0, "y_prev": y0, "V": jac, "z": value, "start": 1.0, "atoms": {}}
 
     scale = abs(outer.value(numpy(value), problem.x0)) or 1.0
     if glmo_tol is None and max_pricing is None:
@@ -111,10 +156,12 @@ def hmsfw(
     else:
         tolerance = lambda k: glmo_tol  # noqa: E731
 
-    def linear_model(state: dict, k: int) -> tuple[dict, np.ndarray]:
+    def linear_model(state: dict, k: int) -> tuple[dict, Any]:
         """One GLMO on the tracked model z + V (x - y); the row describing y_k."""
-        y, z = numpy(state["y"]), numpy(state["z"])
-        res = solver.solve(z, numpy(state["V"]), y, tol=tolerance(k), max_calls=max_pricing)
+        y, z = numpy(state["y"][:n_read]), numpy(state["z"])
+        res = solver.solve(
+            z, numpy(state["V"]), y, tol=tolerance(k), max_calls=max_pricing, entries=reads, start=start_atom
+        )
         objective = outer.value(z, y)
         row = {
             "objective_estimate": objective,
@@ -122,26 +169,43 @@ def hmsfw(
             "glmo_gap": res.gap_bound,
             "pricing_calls": res.calls,
         }
-        return row, res.x.reshape(-1)
+        return row, res
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
-        row, x = linear_model(state, k)
+        row, res = linear_model(state, k)
         gamma, beta, rho = sched.at(k)
         y = state["y"]
-        y_next = y + gamma * (torch.as_tensor(x, dtype=dtype, device=device) - y)
-        value, jac = oracle(y_next, batch(), k + 1)
+        if kept is None:
+            x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
+        else:
+            x = tensor(sum(w * a.at(kept) for w, a in zip(res.weights, res.atoms)))
+            atoms = blend_atoms(state["atoms"], res, gamma)
+        y_next = y + gamma * (x - y)
+        value, jac = sample_at(y_next, k + 1)
         V = polyak(state["V"], jac, beta)
         if value_tracker == "taylor":
-            z = taylor(state["z"], V, y_next, y, value, rho)
+            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho)
         else:
             z = polyak(state["z"], value, rho)
-        return {"y": y_next, "y_prev": y, "V": V, "z": z}, row
+        new = {"y": y_next, "y_prev": y, "V": V, "z": z, "start": state["start"] * (1 - gamma), "atoms": atoms}
+        return new, row
+
+    def dense_point(state: dict) -> torch.Tensor | None:
+        if kept is None:
+            return state["y"].reshape(domain.shape)
+        if domain.size > MAX_DENSE:
+            return None
+        point = state["start"] * problem.x0 + sum(c * a.dense() for a, c in state["atoms"].values())
+        return tensor(point)
 
     def finish(state: dict, history, info: dict) -> Result:
-        return Result(state["y"].reshape(domain.shape), history, info, V=state["V"], z=state["z"])
+        return Result(
+            dense_point(state), history, info, V=state["V"], z=state["z"], x_entries=state["y"], entries=kept,
+            atoms=state["atoms"], x_start_weight=state["start"],
+        )
 
     info = {
-        "method": "hmsfw-exact" if exact else f"hmsfw-{'ii' if value_tracker == 'taylor' else 'i'}",
+        "method": method or ("hmsfw-exact" if exact else f"hmsfw-{'ii' if value_tracker == 'taylor' else 'i'}"),
         "variant": value_tracker,
         "glmo_route": solver.route,
         "schedule": sched.name,
@@ -154,9 +218,23 @@ def hmsfw(
         state,
         loop,
         generator=generator,
-        iterate=lambda s: s["y"].reshape(domain.shape),
+        iterate=lambda s: s["y"] if kept is not None else s["y"].reshape(domain.shape),
         finish=finish,
         observe=lambda s, k: linear_model(s, k)[0],
         components={"glmo": solver},
         info=info,
     )
+
+
+def scfw(problem: CompositeProblem, *, clip: float | None = None, **options: Any) -> Result:
+    """Vanilla (``clip=None``) or Clipped SCFW: the HMSFW ablation without tracking.
+
+    Each update uses the fresh minibatch value and Jacobian (beta = rho = 1),
+    the same certified GLMO and gamma_k = 2/(k+2); Clipped SCFW rescales the
+    stacked Jacobian to Frobenius norm at most ``clip``.  ``options`` are those
+    of :func:`hmsfw` (budgets, GLMO settings, seed, callbacks, ...).
+    """
+    if "schedule" in options or "exact" in options:
+        raise OptionError("scfw fixes the schedule (beta = rho = 1) and samples minibatches; use hmsfw to change them")
+    name = "scfw" if clip is None else "clipped-scfw"
+    return hmsfw(problem, schedule=Schedule.vanilla(), clip=clip, method=name, **options)

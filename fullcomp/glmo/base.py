@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
 from fullcomp.errors import OptionError
+from fullcomp.sets.atoms import Atom, Entries
 from fullcomp.sets.base import Set
 
 
@@ -16,12 +17,15 @@ from fullcomp.sets.base import Set
 class GLMOResult:
     """A GLMO answer: ``x`` in X, the model value at ``x``, a certified bound on
     ``value - min``, and the number of oracle calls spent (pricing LMOs for
-    column generation, conic solves for the conic route)."""
+    column generation, conic solves for the conic route).  ``x`` is also given
+    as the convex combination ``sum(weights[j] * atoms[j])``."""
 
     x: np.ndarray
     value: float
     gap_bound: float
     calls: int
+    atoms: list[Atom] = field(default_factory=list)
+    weights: np.ndarray = field(default_factory=lambda: np.ones(0))
 
 
 def as_numpy(a: Any) -> np.ndarray:
@@ -39,18 +43,21 @@ def affine_model(z: Any, V: Any, y: Any, n: int, d: int) -> tuple[np.ndarray, np
             f"got z {z.shape}, V {V.shape}, y {y.shape}"
         )
     V = V.reshape(n, d)
+    for name, a in (("z", z), ("V", V), ("y", y)):
+        if not np.all(np.isfinite(a)):
+            raise OptionError(f"GLMO input {name} has NaN or Inf entries")
     return z - V @ y, V
 
 
-def linear_certificate(g: np.ndarray, x: np.ndarray, domain: Set) -> tuple[float, np.ndarray]:
-    """<g, x - s> with s = lmo(g).
+def linear_certificate(g: np.ndarray, x: np.ndarray, domain: Set, entries: Entries) -> float:
+    """<g, x - s> with s = lmo(g), for a direction g supported on ``entries`` (x, g given there).
 
     When g = V^T q and q is a subgradient of F at c + V x, convexity of F gives
     F(c + V x') >= F(c + V x) - <g, x - s> for every x' in X, so this bounds
-    the GLMO suboptimality of x.  Returns the bound and the atom s.
+    the GLMO suboptimality of x.
     """
-    atom = np.asarray(domain.lmo(g.reshape(domain.shape)), dtype=np.float64).reshape(-1)
-    return max(float(g @ (x - atom)), 0.0), atom
+    atom = domain.lmo_atom(g, entries)
+    return max(float(g @ (x - atom.at(entries))), 0.0)
 
 
 def check_tol(tol: float | None, max_calls: int | None) -> None:

@@ -9,12 +9,13 @@ import numpy as np
 
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.glmo.base import GLMOResult, affine_model, check_tol, linear_certificate
+from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol
 from fullcomp.model.composite import Outer
+from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
 from fullcomp.sets.base import Set
 
 DEFAULT_MAX_CALLS = 500
-ZERO_WEIGHT = 1e-10
+ZERO_WEIGHT = 1e-8  # interior-point masters leave ~1e-9 on atoms that carry no weight
 
 
 class ColumnGenerationGLMO:
@@ -23,7 +24,7 @@ class ColumnGenerationGLMO:
     certified gap ``<V^T q, x_master - atom>`` is below ``tol`` or ``max_calls``
     pricing calls are spent.
 
-    The pool (at most ``pool`` atoms) persists across calls: consecutive
+    The pool (``pool`` atoms plus the newest priced one) persists across calls: consecutive
     Frank-Wolfe iterations have similar models, so old atoms warm-start the
     master.  Zero-weight atoms are pruned first; when all carry weight, the
     two lightest are merged into their weighted mean, which keeps the master's
@@ -45,42 +46,73 @@ class ColumnGenerationGLMO:
         self.lam = cp.Variable(slots, nonneg=True, name="weights")
         self.link = outer.u == self.c + self.images @ self.lam
         self.problem = cp.Problem(cp.Minimize(outer.expr), [self.link, cp.sum(self.lam) == 1, self.lam <= self.mask])
-        self.atoms = np.zeros((slots, domain.size))
+        self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
+        self._all = Entries.all(domain.shape)
 
-    def solve(self, z: Any, V: Any, y: Any, tol: float | None = None, max_calls: int | None = None) -> GLMOResult:
+    def solve(
+        self,
+        z: Any,
+        V: Any,
+        y: Any,
+        tol: float | None = None,
+        max_calls: int | None = None,
+        entries: Entries | None = None,
+        start: Atom | None = None,
+    ) -> GLMOResult:
+        """Solve the GLMO for the model z + V (x - y).
+
+        With ``entries``, the model reads x only there: V is (n, len(entries)),
+        y holds the iterate's values there, and ``result.x`` the solution's.
+        ``start`` (y as an atom) seeds an empty pool.
+        """
         check_tol(tol, max_calls)
         max_calls = DEFAULT_MAX_CALLS if max_calls is None else int(max_calls)
-        c, Vm = affine_model(z, V, y, self.outer.n, self.domain.size)
+        entries = self._all if entries is None else entries
+        c, Vm = affine_model(z, V, y, self.outer.n, len(entries))
         self.c.value = c
         images = np.zeros((self.outer.n, self.active.size))
-        images[:, self.active] = Vm @ self.atoms[self.active].T
+        for j in np.flatnonzero(self.active):
+            images[:, j] = Vm @ self.atoms[j].at(entries)
         calls = 0
         if not self.active.any():
-            _, atom = linear_certificate(Vm.T @ self.q, np.zeros(self.domain.size), self.domain)
-            calls += 1
-            self._add(atom, Vm @ atom, images)
+            # Seed an empty pool with the current point (it costs no pricing call, so max_calls holds
+            # from the first call): given as ``start``, or y projected in case it is not quite feasible.
+            if start is None:
+                if entries is not self._all:
+                    raise OptionError("a GLMO on entries needs start= (the current point as an atom) for its first call")
+                start = DenseAtom(as_numpy(self.domain.project(as_numpy(y).reshape(self.domain.shape))))
+            self._add(start, Vm @ start.at(entries), images)
         while True:
             self.images.value, self.mask.value = images, self.active.astype(float)
             solvers.solve(self.problem, "column-generation master")
             lam = np.where(self.active, np.clip(self.lam.value, 0.0, None), 0.0)
             lam /= lam.sum()
-            x = lam @ self.atoms
             self.q = -np.asarray(self.link.dual_value, dtype=np.float64)  # CVXPY's sign: u - (...) == 0
-            value = self.outer.value(c + Vm @ x)
-            gap, atom = linear_certificate(Vm.T @ self.q, x, self.domain)
+            model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
+            value = self.outer.value(c + model_x)
+            # Certificate <V^T q, x - s> with s = lmo(V^T q), written through images to avoid forming x.
+            atom = self.domain.lmo_atom(Vm.T @ self.q, entries)
+            image = Vm @ atom.at(entries)
+            gap = max(float(self.q @ (model_x - image)), 0.0)
             calls += 1
             target = tol if tol is not None else 1e-6 * max(1.0, abs(value))
             if gap <= target:
                 break
-            self._add(atom, Vm @ atom, images, lam)
+            self._add(atom, image, images, lam)
             if calls >= max_calls:
                 break
-        return GLMOResult(x.reshape(self.domain.shape), value, gap, calls)
+        used = np.flatnonzero(lam > 0)
+        atoms, weights = [self.atoms[j] for j in used], lam[used]
+        if entries is self._all:
+            x = sum(w * a.dense() for w, a in zip(weights, atoms)).reshape(self.domain.shape)
+        else:
+            x = sum(w * a.at(entries) for w, a in zip(weights, atoms))
+        return GLMOResult(x, value, gap, calls, atoms, weights)
 
-    def _add(self, atom: np.ndarray, image: np.ndarray, images: np.ndarray, lam: np.ndarray | None = None) -> None:
-        if self.active.sum() >= self.pool:
+    def _add(self, atom: Atom, image: np.ndarray, images: np.ndarray, lam: np.ndarray | None = None) -> None:
+        if self.active.all():  # pool atoms plus the slot for the new one are all taken
             self._make_room(images, lam)
         slot = int(np.argmin(self.active))
         self.atoms[slot], images[:, slot], self.active[slot] = atom, image, True
@@ -93,12 +125,12 @@ class ColumnGenerationGLMO:
             return
         i, j = np.argsort(weights)[:2]
         wi, wj = weights[i], weights[j]
-        self.atoms[i] = (wi * self.atoms[i] + wj * self.atoms[j]) / (wi + wj)
+        self.atoms[i] = MixtureAtom([self.atoms[i], self.atoms[j]], np.array([wi, wj]) / (wi + wj))
         images[:, i] = (wi * images[:, i] + wj * images[:, j]) / (wi + wj)
         self.active[j] = False
 
     def state_dict(self) -> dict:
-        return {"atoms": self.atoms.copy(), "active": self.active.copy(), "q": self.q.copy()}
+        return {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.atoms, self.active, self.q = (np.array(state[k]) for k in ("atoms", "active", "q"))
+        self.atoms, self.active, self.q = list(state["atoms"]), np.array(state["active"]), np.array(state["q"])

@@ -11,6 +11,7 @@ from fullcomp import solvers
 from fullcomp.errors import ModelError
 from fullcomp.glmo.base import GLMOResult, affine_model, check_tol, linear_certificate
 from fullcomp.model.composite import Outer
+from fullcomp.sets.atoms import DenseAtom, Entries
 from fullcomp.sets.base import Set
 
 
@@ -28,28 +29,55 @@ class ConicGLMO:
 
     def __init__(self, outer: Outer, domain: Set):
         self.outer, self.domain = outer, domain
-        n, d = outer.n, domain.size
-        self.c = cp.Parameter(n, name="c")
-        self.V = cp.Parameter((n, d), name="V")
-        x = domain.variable
-        self.link = outer.u == self.c + self.V @ cp.vec(x, order="C")
-        self.problem = cp.Problem(cp.Minimize(outer.expr), [self.link, *domain.cvxpy_constraints(x)])
-        if not self.problem.is_dcp(dpp=True):
-            raise ModelError("the GLMO program is not DPP; keep parameters out of products in the outer function")
+        self._all = Entries.all(domain.shape)
+        self._compiled: tuple[Entries, cp.Problem, cp.Constraint, cp.Parameter, cp.Parameter] | None = None
+        self._program(self._all)
 
-    def solve(self, z: Any, V: Any, y: Any, tol: float | None = None, max_calls: int | None = None) -> GLMOResult:
+    def _program(self, entries: Entries) -> tuple[cp.Problem, cp.Constraint, cp.Parameter, cp.Parameter]:
+        """The DPP program for a model reading x at ``entries``, compiled once per entry set."""
+        if self._compiled is None or self._compiled[0] is not entries:
+            c = cp.Parameter(self.outer.n, name="c")
+            V = cp.Parameter((self.outer.n, len(entries)), name="V")
+            x = self.domain.variable
+            read = cp.vec(x, order="C")
+            if entries is not self._all:
+                read = read[entries.flat]
+            link = self.outer.u == c + V @ read
+            problem = cp.Problem(cp.Minimize(self.outer.expr), [link, *self.domain.cvxpy_constraints(x)])
+            if not problem.is_dcp(dpp=True):
+                raise ModelError("the GLMO program is not DPP; keep parameters out of products in the outer function")
+            self._compiled = (entries, problem, link, c, V)
+        return self._compiled[1:]
+
+    def solve(
+        self,
+        z: Any,
+        V: Any,
+        y: Any,
+        tol: float | None = None,
+        max_calls: int | None = None,
+        entries: Entries | None = None,
+        start: Any = None,
+    ) -> GLMOResult:
+        """Solve the GLMO for the model z + V (x - y); ``tol``, ``max_calls`` and ``start`` do not apply here.
+
+        With ``entries`` the model reads x only there (V is (n, len(entries))).
+        """
         check_tol(tol, max_calls)
-        c, Vm = affine_model(z, V, y, self.outer.n, self.domain.size)
-        self.c.value, self.V.value = c, Vm
-        solvers.solve(self.problem, "conic GLMO")
-        x = np.asarray(self.domain.variable.value, dtype=np.float64).reshape(-1)
-        q = -np.asarray(self.link.dual_value, dtype=np.float64)  # CVXPY's dual of u - (c + V x) == 0
-        value = self.outer.value(c + Vm @ x, x)
+        entries = self._all if entries is None else entries
+        problem, link, c_param, V_param = self._program(entries)
+        c, Vm = affine_model(z, V, y, self.outer.n, len(entries))
+        c_param.value, V_param.value = c, Vm
+        solvers.solve(problem, "conic GLMO")
+        x = np.asarray(self.domain.variable.value, dtype=np.float64).reshape(self.domain.shape)
+        x_read = x.reshape(-1)[entries.flat]
+        q = -np.asarray(link.dual_value, dtype=np.float64)  # CVXPY's dual of u - (c + V x) == 0
+        value = self.outer.value(c + Vm @ x_read, x)
         if self.outer.depends_on_x:
             gap = solvers.ABS_TOL + solvers.REL_TOL * abs(value)
         else:
-            gap, _ = linear_certificate(Vm.T @ q, x, self.domain)
-        return GLMOResult(x.reshape(self.domain.shape), value, gap, 1)
+            gap = linear_certificate(Vm.T @ q, x_read, self.domain, entries)
+        return GLMOResult(x if entries is self._all else x_read, value, gap, 1, [DenseAtom(x)], np.ones(1))
 
     def state_dict(self) -> dict:
         return {}

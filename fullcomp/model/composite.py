@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from cvxpy.transforms.partial_optimize import PartialProblem
 
-from fullcomp.errors import DomainError, ModelError
+from fullcomp.errors import DomainError, ModelError, OracleError
 from fullcomp.model.placeholder import is_placeholder
+from fullcomp.sets.atoms import Entries
 from fullcomp.sets.base import Set
 
 Sampler = Callable[[torch.Generator], Any]
@@ -117,6 +118,16 @@ class CompositeProblem:
     full_batch : optional
         A batch for which ``inner`` returns the exact f(x) (the whole data
         set); used by ``hmsfw(..., exact=True)`` and by :meth:`objective`.
+    reads : int array, optional
+        Declares that the inner map reads x only at these flat (row-major)
+        entries; it is then called as ``inner(values, batch)`` with
+        ``values = x.reshape(-1)[reads]``.  Jacobians, trackers and GLMO
+        directions then live on these entries only (matrix completion reads
+        only observed ratings), and the nuclear-ball LMO becomes a sparse
+        singular-pair computation.
+    track : int array, optional
+        Further entries whose values the solver keeps (e.g. validation and
+        test ratings for evaluation callbacks); only with ``reads``.
     """
 
     def __init__(
@@ -127,10 +138,13 @@ class CompositeProblem:
         sampler: Sampler | None = None,
         x0: Any = None,
         full_batch: Any = None,
+        reads: Any = None,
+        track: Any = None,
     ):
         if not isinstance(domain, Set):
             raise DomainError(
-                f"domain must be a fullcomp set (fc.Simplex, fc.L1Ball, fc.NuclearBall, ...), got {type(domain).__name__}"
+                "domain must be a fullcomp set (fc.Simplex, fc.L1Ball, fc.NuclearBall, ...), "
+                f"got {type(domain).__name__}"
             )
         self.domain = domain
         self.outer = Outer(outer, domain)
@@ -149,7 +163,28 @@ class CompositeProblem:
         if not domain.contains(x0, tol=1e-6):
             raise DomainError("x0 is not in the domain; pass a feasible start or domain.project(x0)")
         self.x0 = x0
+        self.reads = None if reads is None else self._entries(reads, "reads")
+        if track is not None and self.reads is None:
+            raise ModelError("track= needs reads=: it lists extra entries kept by the structured path")
+        extra = np.zeros(0, dtype=np.int64) if track is None else self._entries(track, "track").flat
+        self.kept_entries = (
+            None if self.reads is None else Entries(np.concatenate([self.reads.flat, extra]), domain.shape)
+        )
         self._check_inner()
+
+    def _entries(self, index: Any, name: str) -> Entries:
+        flat = np.asarray(index.flat if isinstance(index, Entries) else index)
+        if flat.ndim != 1 or flat.size == 0 or not np.issubdtype(flat.dtype, np.integer):
+            raise ModelError(f"{name} must be a non-empty 1-D integer array of flat (row-major) indices into x")
+        if flat.min() < 0 or flat.max() >= self.domain.size:
+            raise ModelError(f"{name} has indices outside 0..{self.domain.size - 1} (x has shape {self.domain.shape})")
+        return Entries(flat, self.domain.shape)
+
+    def read(self, x: np.ndarray | torch.Tensor) -> Any:
+        """What the inner map receives for a dense point x: x itself, or its values at ``reads``."""
+        if self.reads is None:
+            return x
+        return x.reshape(-1)[torch.as_tensor(self.reads.flat) if isinstance(x, torch.Tensor) else self.reads.flat]
 
     @property
     def n(self) -> int:
@@ -167,16 +202,19 @@ class CompositeProblem:
 
         batch = self.sample(torch.Generator().manual_seed(0))
         with torch.no_grad():
-            out = self.inner(torch.as_tensor(self.x0, dtype=torch.float64), batch)
-        check_inner_output(out, self.n, where="at x0 while building the problem")
+            out = self.inner(self.read(torch.as_tensor(self.x0, dtype=torch.float64)), batch)
+        try:
+            check_inner_output(out, self.n, where="at x0 while building the problem")
+        except OracleError as exc:  # a malformed declaration, not a failure during a run
+            raise ModelError(str(exc)) from None
 
     def objective(self, x: Any, batch: Any = None) -> float:
-        """phi(x) = F(f(x), x) with f from ``batch`` (default ``full_batch``)."""
+        """phi(x) = F(f(x), x) with f from ``batch`` (default ``full_batch``); x is a dense point."""
         if batch is None:
             batch = self.full_batch
         if batch is None and self.stochastic:
             raise ModelError("objective of a stochastic problem needs a batch or CompositeProblem(full_batch=...)")
         xt = torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x), dtype=torch.float64)
         with torch.no_grad():
-            u = self.inner(xt, batch).detach().cpu().numpy()
+            u = self.inner(self.read(xt), batch).detach().cpu().numpy()
         return self.outer.value(u, xt.numpy())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import cvxpy as cp
 import numpy as np
+import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from fullcomp.errors import DomainError
+from fullcomp.sets.atoms import Atom, Entries, RankOneAtom
 from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 
 
@@ -122,6 +124,19 @@ class NuclearBall(Set):
             return np.zeros_like(d)
         u, _, v = self.top_singular_pair(d)
         return -self.radius * np.outer(u, v)
+
+    def lmo_atom(self, direction: np.ndarray, entries: Entries) -> Atom:
+        """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries."""
+        if len(entries) == self.size:
+            matrix = np.empty(self.size)
+            matrix[entries.flat] = direction
+            matrix = matrix.reshape(self.shape)
+        else:
+            matrix = sp.csr_matrix((direction, (entries.rows, entries.cols)), shape=self.shape)
+        u, sigma, v = self.top_singular_pair(matrix)
+        if sigma == 0:
+            return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1]))
+        return RankOneAtom(-self.radius * u, v)
 
     @numeric
     def project(self, p: np.ndarray) -> np.ndarray:

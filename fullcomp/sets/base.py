@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from fullcomp.errors import DomainError
+from fullcomp.sets.atoms import Atom, DenseAtom, Entries
 
 Array = Any  # numpy array or torch tensor; results come back in the type given
 
@@ -20,7 +21,7 @@ def as_shape(shape: Any, name: str = "shape") -> tuple[int, ...]:
         shape = (int(shape),)
     try:
         shape = tuple(int(s) for s in shape)
-    except TypeError:
+    except (TypeError, ValueError):
         raise DomainError(f"{name} must be an int or a tuple of ints, got {shape!r}") from None
     if not shape or any(s <= 0 for s in shape):
         raise DomainError(f"{name} must have positive sizes, got {shape!r}")
@@ -28,7 +29,10 @@ def as_shape(shape: Any, name: str = "shape") -> tuple[int, ...]:
 
 
 def check_radius(radius: float, name: str = "radius") -> float:
-    radius = float(radius)
+    try:
+        radius = float(radius)
+    except (TypeError, ValueError):
+        raise DomainError(f"{name} must be a finite number >= 0, got {radius!r}; pass e.g. {name}=1.0") from None
     if not np.isfinite(radius) or radius < 0:
         raise DomainError(f"{name} must be a finite number >= 0, got {radius}; pass e.g. {name}=1.0")
     return radius
@@ -89,6 +93,16 @@ class Set(ABC):
     @abstractmethod
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
         """CVXPY constraints stating ``var`` in X."""
+
+    def lmo_atom(self, direction: np.ndarray, entries: Entries) -> Atom:
+        """The LMO for a direction given by its values at ``entries`` (zero elsewhere), as an atom.
+
+        The default scatters into a dense direction; sets with a structured
+        LMO (the nuclear ball: a sparse top singular pair) override it.
+        """
+        dense = np.zeros(self.size)
+        dense[entries.flat] = direction
+        return DenseAtom(np.asarray(self.lmo(dense.reshape(self.shape)), dtype=np.float64))
 
     def contains(self, point: Array, tol: float = 1e-9) -> bool:
         p = point.detach().cpu().numpy() if isinstance(point, torch.Tensor) else np.asarray(point, float)

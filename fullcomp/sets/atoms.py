@@ -1,0 +1,97 @@
+"""Extreme points returned by LMOs, kept in compact form.
+
+Column generation and the structured (entry-wise) HMSFW path only ever need
+an atom's values at the entries the inner map reads, plus a way to rebuild
+the dense point at the end.  A nuclear-ball atom is rank one: storing its two
+factors costs P + Q numbers instead of P Q.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Entries:
+    """Flat (row-major) indices into a point of ``shape``, with row/column splits cached for matrices."""
+
+    flat: np.ndarray
+    shape: tuple[int, ...]
+    rows: np.ndarray | None = field(default=None, repr=False)
+    cols: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.flat = np.asarray(self.flat, dtype=np.int64)
+        if len(self.shape) == 2 and self.rows is None:
+            self.rows, self.cols = np.divmod(self.flat, self.shape[1])
+
+    @classmethod
+    def all(cls, shape: tuple[int, ...]) -> Entries:
+        return cls(np.arange(int(np.prod(shape))), shape)
+
+    def __len__(self) -> int:
+        return self.flat.size
+
+
+class Atom(ABC):
+    """A point of the set; ``at(entries)`` gives its values there, ``dense()`` the whole point."""
+
+    shape: tuple[int, ...]
+
+    @abstractmethod
+    def at(self, entries: Entries) -> np.ndarray: ...
+
+    @abstractmethod
+    def dense(self) -> np.ndarray: ...
+
+
+class DenseAtom(Atom):
+    def __init__(self, point: np.ndarray):
+        self.point = np.asarray(point, dtype=np.float64)
+        self.shape = self.point.shape
+
+    def at(self, entries: Entries) -> np.ndarray:
+        return self.point.reshape(-1)[entries.flat]
+
+    def dense(self) -> np.ndarray:
+        return self.point
+
+
+class RankOneAtom(Atom):
+    """The matrix u v^T (the scale is folded into u)."""
+
+    def __init__(self, u: np.ndarray, v: np.ndarray):
+        self.u, self.v = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
+        self.shape = (self.u.size, self.v.size)
+
+    def at(self, entries: Entries) -> np.ndarray:
+        return self.u[entries.rows] * self.v[entries.cols]
+
+    def dense(self) -> np.ndarray:
+        return np.outer(self.u, self.v)
+
+
+class MixtureAtom(Atom):
+    """A convex combination of atoms; column generation merges light atoms into one."""
+
+    def __init__(self, atoms: list[Atom], weights: np.ndarray):
+        # Flatten nested mixtures so repeated merges stay one level deep.
+        flat_atoms, flat_weights = [], []
+        for atom, w in zip(atoms, np.asarray(weights, dtype=np.float64)):
+            if isinstance(atom, MixtureAtom):
+                flat_atoms += atom.atoms
+                flat_weights += list(w * atom.weights)
+            else:
+                flat_atoms.append(atom)
+                flat_weights.append(w)
+        self.atoms, self.weights = flat_atoms, np.asarray(flat_weights)
+        self.shape = self.atoms[0].shape
+
+    def at(self, entries: Entries) -> np.ndarray:
+        return sum(w * a.at(entries) for w, a in zip(self.weights, self.atoms))
+
+    def dense(self) -> np.ndarray:
+        return sum(w * a.dense() for w, a in zip(self.weights, self.atoms))
