@@ -40,3 +40,7 @@ class OracleError(FullcompError, RuntimeError):
 
 class SolverError(FullcompError, RuntimeError):
     """A convex subproblem could not be solved, even after the fallback solver."""
+
+
+class DataError(FullcompError, ValueError):
+    """A data file is missing or malformed; the message names the file and, where it applies, the line."""

@@ -14,7 +14,6 @@ from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle
 from fullcomp.run import Budget, Loop, Result, drive
 from fullcomp.schedules import Schedule, resolve
-from fullcomp.sets.atoms import DenseAtom
 from fullcomp.trackers import polyak, taylor
 
 VARIANTS = {"taylor": "taylor", "ii": "taylor", "polyak": "polyak", "i": "polyak"}
@@ -122,9 +121,9 @@ def hmsfw(
         # rebuilt from the atoms at the end.
         kept = problem.kept_entries
         oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype)
-        y0 = problem.x0.reshape(-1)[kept.flat]
+        y0 = problem.x0_at(kept)
     n_read = len(reads) if reads is not None else domain.size
-    start_atom = None if reads is None else DenseAtom(problem.x0)
+    start_atom = None if reads is None else problem.start_atom()
 
     def batch() -> Any:
         return problem.full_batch if exact else problem.sample(generator)
@@ -147,7 +146,7 @@ def hmsfw(
     value, jac = sample_at(y0, 0)
     state = {"y": y0, "y_prev": y0, "V": jac, "z": value, "start": 1.0, "atoms": {}}
 
-    scale = abs(outer.value(numpy(value), problem.x0)) or 1.0
+    scale = abs(outer.value(numpy(value), problem.x0 if outer.depends_on_x else None)) or 1.0
     if glmo_tol is None and max_pricing is None:
         decay = 1.0 if exact else 1.0 / 3.0
         tolerance = lambda k: 0.01 * scale * (k + 2) ** (-decay)  # noqa: E731
@@ -195,13 +194,20 @@ def hmsfw(
             return state["y"].reshape(domain.shape)
         if domain.size > MAX_DENSE:
             return None
-        point = state["start"] * problem.x0 + sum(c * a.dense() for a, c in state["atoms"].values())
+        point = state["start"] * problem.start_atom().dense() + sum(c * a.dense() for a, c in state["atoms"].values())
         return tensor(point)
 
     def finish(state: dict, history, info: dict) -> Result:
         return Result(
-            dense_point(state), history, info, V=state["V"], z=state["z"], x_entries=state["y"], entries=kept,
-            atoms=state["atoms"], x_start_weight=state["start"],
+            dense_point(state),
+            history,
+            info,
+            V=state["V"],
+            z=state["z"],
+            x_entries=state["y"],
+            entries=kept,
+            atoms=state["atoms"],
+            x_start_weight=state["start"],
         )
 
     info = {

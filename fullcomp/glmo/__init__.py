@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import cvxpy as cp
-
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import GLMOResult
 from fullcomp.glmo.colgen import ColumnGenerationGLMO

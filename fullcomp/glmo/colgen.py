@@ -49,6 +49,7 @@ class ColumnGenerationGLMO:
         self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
+        self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
         self._all = Entries.all(domain.shape)
 
     def solve(
@@ -81,7 +82,7 @@ class ColumnGenerationGLMO:
             # from the first call): given as ``start``, or y projected in case it is not quite feasible.
             if start is None:
                 if entries is not self._all:
-                    raise OptionError("a GLMO on entries needs start= (the current point as an atom) for its first call")
+                    raise OptionError("a GLMO on entries needs start= (the current point as an atom) on its first call")
                 start = DenseAtom(as_numpy(self.domain.project(as_numpy(y).reshape(self.domain.shape))))
             self._add(start, Vm @ start.at(entries), images)
         while True:
@@ -93,7 +94,8 @@ class ColumnGenerationGLMO:
             model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
             value = self.outer.value(c + model_x)
             # Certificate <V^T q, x - s> with s = lmo(V^T q), written through images to avoid forming x.
-            atom = self.domain.lmo_atom(Vm.T @ self.q, entries)
+            atom = self.domain.lmo_atom(Vm.T @ self.q, entries, hint=self.hint)
+            self.hint = atom
             image = Vm @ atom.at(entries)
             gap = max(float(self.q @ (model_x - image)), 0.0)
             calls += 1
@@ -130,7 +132,8 @@ class ColumnGenerationGLMO:
         self.active[j] = False
 
     def state_dict(self) -> dict:
-        return {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy()}
+        return {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy(), "hint": self.hint}
 
     def load_state_dict(self, state: dict) -> None:
         self.atoms, self.active, self.q = list(state["atoms"]), np.array(state["active"]), np.array(state["q"])
+        self.hint = state.get("hint")

@@ -12,7 +12,7 @@ from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp.errors import DomainError, ModelError, OracleError
 from fullcomp.model.placeholder import is_placeholder
-from fullcomp.sets.atoms import Entries
+from fullcomp.sets.atoms import Atom, DenseAtom, Entries, ZeroAtom
 from fullcomp.sets.base import Set
 
 Sampler = Callable[[torch.Generator], Any]
@@ -155,14 +155,17 @@ class CompositeProblem:
         self.inner = inner
         self.sampler = sampler
         self.full_batch = full_batch
-        if x0 is None:
-            x0 = domain.default_point()
-        x0 = x0.detach().cpu().numpy() if isinstance(x0, torch.Tensor) else np.asarray(x0, dtype=float)
-        if x0.shape != domain.shape:
-            raise DomainError(f"x0 has shape {x0.shape} but the domain has shape {domain.shape}")
-        if not domain.contains(x0, tol=1e-6):
-            raise DomainError("x0 is not in the domain; pass a feasible start or domain.project(x0)")
-        self.x0 = x0
+        if x0 is None and domain.contains_origin:
+            # The origin, kept implicit: a structured problem at MovieLens scale never needs a dense start.
+            self._x0 = None
+        else:
+            x0 = domain.default_point() if x0 is None else x0
+            x0 = x0.detach().cpu().numpy() if isinstance(x0, torch.Tensor) else np.asarray(x0, dtype=float)
+            if x0.shape != domain.shape:
+                raise DomainError(f"x0 has shape {x0.shape} but the domain has shape {domain.shape}")
+            if not domain.contains(x0, tol=1e-6):
+                raise DomainError("x0 is not in the domain; pass a feasible start or domain.project(x0)")
+            self._x0 = x0
         self.reads = None if reads is None else self._entries(reads, "reads")
         if track is not None and self.reads is None:
             raise ModelError("track= needs reads=: it lists extra entries kept by the structured path")
@@ -187,6 +190,21 @@ class CompositeProblem:
         return x.reshape(-1)[torch.as_tensor(self.reads.flat) if isinstance(x, torch.Tensor) else self.reads.flat]
 
     @property
+    def x0(self) -> np.ndarray:
+        """The start point as a dense array (built on first use when it is the implicit origin)."""
+        if self._x0 is None:
+            self._x0 = np.zeros(self.domain.shape)
+        return self._x0
+
+    def x0_at(self, entries: Entries) -> np.ndarray:
+        """The start point's values at ``entries``, without a dense array when it is the origin."""
+        return np.zeros(len(entries)) if self._x0 is None else self._x0.reshape(-1)[entries.flat]
+
+    def start_atom(self) -> Atom:
+        """The start point as an atom (seeds column generation on the structured path)."""
+        return ZeroAtom(self.domain.shape) if self._x0 is None else DenseAtom(self._x0)
+
+    @property
     def n(self) -> int:
         return self.outer.n
 
@@ -202,7 +220,11 @@ class CompositeProblem:
 
         batch = self.sample(torch.Generator().manual_seed(0))
         with torch.no_grad():
-            out = self.inner(self.read(torch.as_tensor(self.x0, dtype=torch.float64)), batch)
+            if self.reads is None:
+                start = torch.as_tensor(self.x0, dtype=torch.float64)
+            else:
+                start = torch.as_tensor(self.x0_at(self.reads), dtype=torch.float64)
+            out = self.inner(start, batch)
         try:
             check_inner_output(out, self.n, where="at x0 while building the problem")
         except OracleError as exc:  # a malformed declaration, not a failure during a run

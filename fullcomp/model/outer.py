@@ -35,11 +35,17 @@ def cvar(u: cp.Expression, alpha: float) -> cp.Expression:
         return cp.max(u)
     k = int(math.floor(m))
     frac = m - k
-    tail = cp.sum_largest(u, k)
+    tail = _sum_largest(u, k, n)
     if frac > 0:
         # S_k + frac * u_(k+1), written with integer sum_largest (CVXPY's canonicalization needs int k).
-        tail = (1 - frac) * tail + frac * cp.sum_largest(u, k + 1)
+        tail = (1 - frac) * tail + frac * _sum_largest(u, k + 1, n)
     return tail / m
+
+
+def _sum_largest(u: cp.Expression, k: int, n: int) -> cp.Expression:
+    # CVXPY's sum_largest canonicalization fails when k == n and u carries a value
+    # (as the placeholder does after a GLMO call): the sum of all n entries is cp.sum.
+    return cp.sum(u) if k >= n else cp.sum_largest(u, k)
 
 
 def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:

@@ -95,3 +95,16 @@ class MixtureAtom(Atom):
 
     def dense(self) -> np.ndarray:
         return sum(w * a.dense() for w, a in zip(self.weights, self.atoms))
+
+
+class ZeroAtom(Atom):
+    """The origin, without storing it."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = tuple(shape)
+
+    def at(self, entries: Entries) -> np.ndarray:
+        return np.zeros(len(entries))
+
+    def dense(self) -> np.ndarray:
+        return np.zeros(self.shape)

@@ -43,6 +43,8 @@ class L1Ball(Set):
     def diameter(self) -> float:
         return 2.0 * self.radius
 
+    contains_origin = True  # a ball centred at the origin
+
     @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         out = np.zeros_like(d)
@@ -69,6 +71,8 @@ class L2Ball(Set):
     @property
     def diameter(self) -> float:
         return 2.0 * self.radius
+
+    contains_origin = True  # a ball centred at the origin
 
     @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
@@ -104,8 +108,14 @@ class NuclearBall(Set):
     def diameter(self) -> float:
         return 2.0 * self.radius
 
-    def top_singular_pair(self, d) -> tuple[np.ndarray, float, np.ndarray]:
-        """(u, sigma, v) with d v = sigma u for the largest singular value; d may be sparse."""
+    contains_origin = True  # a ball centred at the origin
+
+    def top_singular_pair(self, d, start: np.ndarray | None = None) -> tuple[np.ndarray, float, np.ndarray]:
+        """(u, sigma, v) with d v = sigma u for the largest singular value; d may be sparse.
+
+        ``start`` warm-starts ARPACK with a previous singular vector of the shorter side
+        (u when P <= Q, else v); consecutive LMO directions are close, so it cuts iterations.
+        """
         p, q = d.shape
         if min(p, q) == 1:
             dense = np.asarray(d.todense() if hasattr(d, "todense") else d).reshape(p, q)
@@ -115,7 +125,9 @@ class NuclearBall(Set):
             if p == 1:
                 return np.ones(1), sigma, dense[0] / sigma
             return dense[:, 0] / sigma, sigma, np.ones(1)
-        u, s, vt = spla.svds(d, k=1, v0=self._v0, tol=1e-10)
+        v0 = self._v0 if start is None or not np.any(start) else start
+        # svds squares tol for its eigenproblem on d d^T: 1e-7 gives singular values to ~1e-14.
+        u, s, vt = spla.svds(d, k=1, v0=v0, tol=1e-7)
         return u[:, 0], float(s[0]), vt[0]
 
     @numeric
@@ -125,15 +137,21 @@ class NuclearBall(Set):
         u, _, v = self.top_singular_pair(d)
         return -self.radius * np.outer(u, v)
 
-    def lmo_atom(self, direction: np.ndarray, entries: Entries) -> Atom:
-        """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries."""
+    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
+        """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries.
+
+        ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.
+        """
         if len(entries) == self.size:
             matrix = np.empty(self.size)
             matrix[entries.flat] = direction
             matrix = matrix.reshape(self.shape)
         else:
             matrix = sp.csr_matrix((direction, (entries.rows, entries.cols)), shape=self.shape)
-        u, sigma, v = self.top_singular_pair(matrix)
+        start = None
+        if isinstance(hint, RankOneAtom):
+            start = hint.u if self.shape[0] <= self.shape[1] else hint.v
+        u, sigma, v = self.top_singular_pair(matrix, start)
         if sigma == 0:
             return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1]))
         return RankOneAtom(-self.radius * u, v)

@@ -94,11 +94,12 @@ class Set(ABC):
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
         """CVXPY constraints stating ``var`` in X."""
 
-    def lmo_atom(self, direction: np.ndarray, entries: Entries) -> Atom:
+    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
         """The LMO for a direction given by its values at ``entries`` (zero elsewhere), as an atom.
 
         The default scatters into a dense direction; sets with a structured
-        LMO (the nuclear ball: a sparse top singular pair) override it.
+        LMO (the nuclear ball: a sparse top singular pair) override it and may
+        warm-start from ``hint``, a previous atom.
         """
         dense = np.zeros(self.size)
         dense[entries.flat] = direction
@@ -107,6 +108,10 @@ class Set(ABC):
     def contains(self, point: Array, tol: float = 1e-9) -> bool:
         p = point.detach().cpu().numpy() if isinstance(point, torch.Tensor) else np.asarray(point, float)
         return bool(np.linalg.norm(p - np.asarray(self.project(p))) <= tol * max(1.0, self.diameter))
+
+    @property
+    def contains_origin(self) -> bool:
+        return self.contains(np.zeros(self.shape))
 
     def default_point(self) -> np.ndarray:
         """The start used when the user gives none: the origin, or its projection."""

@@ -14,6 +14,8 @@ from fullcomp.sets.base import Set, as_shape, numeric
 # Above this many coordinates the 2 d bounding-box programs that prove
 # boundedness are deferred to the first use of ``diameter``.
 EAGER_BOUND_CHECK = 200
+# A point whose constraint residuals are below this is its own projection.
+FEASIBLE_TOL = 1e-12
 
 
 class ConvexSet(Set):
@@ -36,7 +38,7 @@ class ConvexSet(Set):
         made = constraints(self.variable)
         if isinstance(made, cp.Constraint):
             made = [made]
-        made = list(made)
+        made = list(made) if isinstance(made, (list, tuple)) else []
         if not made or not all(isinstance(c, cp.Constraint) for c in made):
             raise DomainError(
                 "constraints(var) must return a non-empty list of CVXPY constraints, e.g. [cp.norm(var, 1) <= 1]"
@@ -45,6 +47,8 @@ class ConvexSet(Set):
             if not c.is_dcp():
                 raise DomainError(f"constraint {c} is not DCP (convex): it cannot define a convex set")
         self._constraints = made
+        # Constraints with auxiliary variables (a lifted description) have no residual at x alone.
+        self._lifted = any(v is not self.variable for c in made for v in c.variables())
         self._direction = cp.Parameter(self.shape)
         self._point = cp.Parameter(self.shape)
         self._lmo_problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(self._direction, self.variable))), made)
@@ -88,8 +92,25 @@ class ConvexSet(Set):
     def lmo(self, d: np.ndarray) -> np.ndarray:
         return self._solve_lmo(d)
 
+    def _violation(self, p: np.ndarray) -> float:
+        """Largest constraint residual at ``p`` (0 inside the set; inf when it needs a solve)."""
+        if self._lifted:
+            return np.inf
+        self.variable.value = p
+        return max(float(np.max(c.violation(), initial=0.0)) for c in self._constraints)
+
+    def contains(self, point, tol: float = 1e-9) -> bool:
+        # By the constraint residuals: an interior-point projection of a boundary
+        # point is only accurate to ~sqrt(solver tolerance), too coarse for a test.
+        if self._lifted:
+            return super().contains(point, tol)
+        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        return bool(p.shape == self.shape and self._violation(p) <= tol * max(1.0, self.diameter))
+
     @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
+        if self._violation(p) <= FEASIBLE_TOL:
+            return p.copy()  # exact, where the least-squares program would move p by ~1e-5
         self._point.value = p
         solvers.solve(self._proj_problem, "ConvexSet projection")
         return np.asarray(self.variable.value, dtype=float).reshape(self.shape)

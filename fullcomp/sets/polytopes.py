@@ -16,7 +16,10 @@ class Box(Set):
     def __init__(self, lower, upper, shape=None):
         lower, upper = np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)
         if shape is None:
-            shape = np.broadcast_shapes(lower.shape, upper.shape)
+            try:
+                shape = np.broadcast_shapes(lower.shape, upper.shape)
+            except ValueError:
+                raise DomainError(f"Box bounds of shapes {lower.shape} and {upper.shape} do not broadcast") from None
             if shape == ():
                 raise DomainError("Box with scalar bounds needs shape=..., e.g. Box(0, 1, shape=(5,))")
         self.shape = as_shape(shape)

@@ -1,0 +1,281 @@
+"""Sets: LMO, projection, membership, types and diameters against independent answers.
+
+Every reference is written here from the set's definition (its own CVXPY
+constraints, a closed form, or a full SVD), never through the set's code.
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse.linalg
+import torch
+
+import fullcomp as fc
+from fullcomp.sets import balls
+
+BOX_LO = np.array([-1.0, -0.2, 0.3, -2.0, 0.0])
+BOX_HI = np.array([0.5, 0.9, 0.3, -1.0, 2.0])  # one degenerate coordinate (lower == upper)
+POLY_A = np.vstack([np.eye(4), -np.eye(4), np.array([[1.0, 1.0, 1.0, 1.0], [1.0, -2.0, 0.5, 1.0]])])
+POLY_B = np.array([1.0, 2.0, 0.5, 1.0, 1.0, 0.3, 1.5, 1.0, 1.2, 0.8])
+
+
+def nuc(a: np.ndarray) -> float:
+    return float(np.linalg.svd(a, compute_uv=False).sum())
+
+
+# name -> (factory, reference constraints on a CVXPY variable, numpy membership residual)
+SETS = {
+    "l1": (lambda: fc.L1Ball(6, 1.3), lambda v: [cp.sum(cp.abs(v)) <= 1.3], lambda x: np.abs(x).sum() - 1.3),
+    "l1_matrix": (
+        lambda: fc.L1Ball((2, 3), 0.7),
+        lambda v: [cp.sum(cp.abs(v)) <= 0.7],
+        lambda x: np.abs(x).sum() - 0.7,
+    ),
+    "l2": (lambda: fc.L2Ball(5, 2.0), lambda v: [cp.sum_squares(v) <= 4.0], lambda x: np.linalg.norm(x) - 2.0),
+    "l2_matrix": (
+        lambda: fc.L2Ball((3, 2), 0.5),
+        lambda v: [cp.sum_squares(v) <= 0.25],
+        lambda x: np.linalg.norm(x) - 0.5,
+    ),
+    "nuclear": (lambda: fc.NuclearBall((3, 4), 1.5), lambda v: [cp.normNuc(v) <= 1.5], lambda x: nuc(x) - 1.5),
+    "nuclear_tall": (lambda: fc.NuclearBall((5, 2), 0.8), lambda v: [cp.normNuc(v) <= 0.8], lambda x: nuc(x) - 0.8),
+    "box": (
+        lambda: fc.Box(BOX_LO, BOX_HI),
+        lambda v: [v >= BOX_LO, v <= BOX_HI],
+        lambda x: max(np.max(BOX_LO - x), np.max(x - BOX_HI)),
+    ),
+    "box_matrix": (
+        lambda: fc.Box(-1.0, np.array([0.5, 1.0, 2.0]), shape=(2, 3)),
+        lambda v: [v >= -1.0, v <= np.tile([0.5, 1.0, 2.0], (2, 1))],
+        lambda x: max(np.max(-1.0 - x), np.max(x - np.array([0.5, 1.0, 2.0]))),
+    ),
+    "simplex": (
+        lambda: fc.Simplex(6),
+        lambda v: [v >= 0, cp.sum(v) == 1],
+        lambda x: max(-x.min(), abs(x.sum() - 1)),
+    ),
+    "simplex_matrix": (
+        lambda: fc.Simplex((2, 3), total=2.0),
+        lambda v: [v >= 0, cp.sum(v) == 2],
+        lambda x: max(-x.min(), abs(x.sum() - 2)),
+    ),
+    "convex_l1_cut": (
+        lambda: fc.ConvexSet(5, lambda v: [cp.norm(v, 1) <= 1, v >= -0.3]),
+        lambda v: [cp.sum(cp.abs(v)) <= 1, v >= -0.3],
+        lambda x: max(np.abs(x).sum() - 1, np.max(-0.3 - x)),
+    ),
+    "convex_polytope": (
+        lambda: fc.ConvexSet(4, lambda v: [POLY_A @ v <= POLY_B]),
+        lambda v: [POLY_A @ v <= POLY_B],
+        lambda x: np.max(POLY_A @ x - POLY_B),
+    ),
+}
+NAMES = list(SETS)
+
+_BUILT: dict[str, fc.Set] = {}
+
+
+def get(name: str) -> fc.Set:
+    """Sets are immutable; ConvexSet construction solves 2 d programs, so build each once."""
+    if name not in _BUILT:
+        _BUILT[name] = SETS[name][0]()
+    return _BUILT[name]
+
+
+def ref_lmo_value(name: str, d: np.ndarray, own: bool = False) -> float:
+    X = get(name)
+    v = cp.Variable(X.shape)
+    cons = X.cvxpy_constraints(v) if own else SETS[name][1](v)
+    prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(d, v))), cons)
+    prob.solve(solver="CLARABEL")
+    assert prob.status == cp.OPTIMAL
+    return float(prob.value)
+
+
+def ref_projection(name: str, p: np.ndarray) -> np.ndarray:
+    X = get(name)
+    v = cp.Variable(X.shape)
+    prob = cp.Problem(cp.Minimize(cp.sum_squares(v - p)), SETS[name][1](v))
+    prob.solve(solver="CLARABEL")
+    assert prob.status == cp.OPTIMAL
+    return np.asarray(v.value).reshape(X.shape)
+
+
+def residual(name: str, x) -> float:
+    x = x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    return float(SETS[name][2](np.asarray(x, dtype=float)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lmo_matches_cvxpy_and_is_feasible(name):
+    X = get(name)
+    rng = np.random.default_rng(NAMES.index(name))
+    for _ in range(3):
+        d = rng.standard_normal(X.shape)
+        s = X.lmo(d)
+        assert isinstance(s, np.ndarray) and s.shape == X.shape
+        value = float(np.sum(d * s))
+        ref = ref_lmo_value(name, d)
+        assert value == pytest.approx(ref, rel=1e-6, abs=1e-8)
+        # the set's own constraints describe the same set
+        assert ref_lmo_value(name, d, own=True) == pytest.approx(ref, rel=1e-6, abs=1e-8)
+        assert residual(name, s) <= 1e-7
+        assert X.contains(s, tol=1e-7)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_projection_matches_cvxpy(name):
+    X = get(name)
+    rng = np.random.default_rng(100 + NAMES.index(name))
+    for scale in (3.0, 0.8):
+        p = scale * rng.standard_normal(X.shape)
+        proj = X.project(p)
+        assert isinstance(proj, np.ndarray) and proj.shape == X.shape
+        np.testing.assert_allclose(proj, ref_projection(name, p), atol=1e-5)
+        assert residual(name, proj) <= 1e-7
+    # a point of X is its own projection, exactly for the closed forms and ConvexSet alike
+    inside = 0.5 * X.lmo(rng.standard_normal(X.shape)) + 0.5 * X.lmo(rng.standard_normal(X.shape))
+    if isinstance(X, fc.ConvexSet):
+        inside *= 0.5  # its LMO points come from a solver, feasible only to ~1e-9; 0 is interior here
+    np.testing.assert_allclose(X.project(inside), inside, atol=1e-9)
+    assert X.contains(inside)
+    far = X.lmo(rng.standard_normal(X.shape)) * 3.0 + 5.0
+    assert not X.contains(far)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_torch_in_torch_out(name, dtype):
+    X = get(name)
+    rng = np.random.default_rng(7)
+    d = rng.standard_normal(X.shape)
+    for method in (X.lmo, X.project):
+        out = method(torch.tensor(d, dtype=dtype))
+        assert isinstance(out, torch.Tensor) and out.dtype == dtype and tuple(out.shape) == X.shape
+        expect = method(torch.tensor(d, dtype=dtype).double().numpy())
+        np.testing.assert_allclose(out.double().numpy(), expect, atol=1e-6 if dtype == torch.float32 else 1e-9)
+
+
+CLOSED_DIAMETERS = {
+    "l1": 2 * 1.3,
+    "l1_matrix": 2 * 0.7,
+    "l2": 2 * 2.0,
+    "l2_matrix": 2 * 0.5,
+    "nuclear": 2 * 1.5,
+    "nuclear_tall": 2 * 0.8,
+    "box": float(np.linalg.norm(BOX_HI - BOX_LO)),
+    "box_matrix": float(np.linalg.norm(np.tile([1.5, 2.0, 3.0], (2, 1)))),
+    "simplex": np.sqrt(2.0),
+    "simplex_matrix": 2.0 * np.sqrt(2.0),
+}
+
+
+def lmo_spread(X: fc.Set, rng: np.random.Generator, tries: int) -> float:
+    """A lower bound on the diameter: the largest distance between LMO points of opposite directions."""
+    best = 0.0
+    for _ in range(tries):
+        d = rng.standard_normal(X.shape)
+        best = max(best, float(np.linalg.norm(X.lmo(d) - X.lmo(-d))))
+    return best
+
+
+@pytest.mark.parametrize("name", list(CLOSED_DIAMETERS))
+def test_diameter_closed_form(name):
+    X = get(name)
+    assert X.diameter == pytest.approx(CLOSED_DIAMETERS[name], rel=1e-12)
+    assert lmo_spread(X, np.random.default_rng(3), 20) <= X.diameter + 1e-9
+
+
+def test_diameter_attained():
+    # the closed forms are attained, not merely upper bounds
+    assert np.linalg.norm(get("l1").lmo(np.eye(6)[0]) - get("l1").lmo(-np.eye(6)[0])) == pytest.approx(2.6)
+    assert np.linalg.norm(get("simplex").lmo(np.eye(6)[0]) - get("simplex").lmo(-np.eye(6)[0])) == pytest.approx(
+        np.sqrt(2)
+    )
+    box = get("box")
+    assert np.linalg.norm(box.lmo(np.ones(5)) - box.lmo(-np.ones(5))) == pytest.approx(box.diameter)
+    assert fc.Simplex(1).diameter == 0.0
+
+
+@pytest.mark.parametrize("name", ["convex_l1_cut", "convex_polytope"])
+def test_convexset_diameter_is_an_upper_bound(name):
+    X = get(name)
+    # independent bounding box of the set, one pair of LPs per coordinate
+    v = cp.Variable(X.size)
+    lo, hi = np.empty(X.size), np.empty(X.size)
+    for i in range(X.size):
+        for sign, out in ((1.0, lo), (-1.0, hi)):
+            prob = cp.Problem(cp.Minimize(sign * v[i]), SETS[name][1](v))
+            prob.solve(solver="CLARABEL")
+            out[i] = v.value[i]
+    assert X.diameter == pytest.approx(float(np.linalg.norm(hi - lo)), rel=1e-6)
+    assert lmo_spread(X, np.random.default_rng(5), 25) <= X.diameter + 1e-6
+
+
+# ---- nuclear norm LMO: top singular pair only --------------------------------------------------
+
+
+@pytest.fixture
+def no_full_svd(monkeypatch):
+    """Make every full SVD fail and record the svds calls of the LMO."""
+    calls = []
+    real_svds = balls.spla.svds
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("NuclearBall.lmo computed a full SVD")
+
+    def spy(a, k=6, *args, **kwargs):
+        calls.append(k)
+        return real_svds(a, k, *args, **kwargs)
+
+    monkeypatch.setattr(np.linalg, "svd", forbidden)
+    monkeypatch.setattr(scipy.linalg, "svd", forbidden)
+    monkeypatch.setattr(balls.spla, "svds", spy)
+    return calls
+
+
+def _directions():
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((6, 2)), rng.standard_normal((2, 9))
+    return {
+        "wide": rng.standard_normal((4, 9)),
+        "tall": rng.standard_normal((9, 4)),
+        "rank1": np.outer(rng.standard_normal(7), rng.standard_normal(5)),
+        "rank2": a @ b,
+        "tied_top": np.diag([2.0, 2.0, 1.0])[:, [0, 1, 2, 2]] * np.array([1, 1, 1, 0]),
+        "row": rng.standard_normal((1, 6)),
+        "column": rng.standard_normal((5, 1)),
+    }
+
+
+DIRECTIONS = _directions()
+TOP_SIGMA = {k: float(np.linalg.svd(d, compute_uv=False)[0]) for k, d in DIRECTIONS.items()}
+
+
+@pytest.mark.parametrize("kind", list(DIRECTIONS))
+def test_nuclear_lmo_uses_top_pair_only(kind, no_full_svd):
+    d = DIRECTIONS[kind]
+    X = fc.NuclearBall(d.shape, 2.5)
+    s = X.lmo(d)
+    assert s.shape == d.shape
+    # optimal: <d, s> = -radius * sigma_max(d), and s is a rank-one matrix of nuclear norm = radius
+    assert float(np.sum(d * s)) == pytest.approx(-2.5 * TOP_SIGMA[kind], rel=1e-8)
+    assert np.linalg.norm(s) == pytest.approx(2.5, rel=1e-8)  # rank one: Frobenius = nuclear norm
+    if min(d.shape) > 1:
+        assert no_full_svd == [1]
+
+
+def test_nuclear_lmo_zero_direction_and_torch(no_full_svd):
+    X = fc.NuclearBall((4, 6), 1.0)
+    assert np.array_equal(X.lmo(np.zeros((4, 6))), np.zeros((4, 6)))
+    out = X.lmo(torch.tensor(DIRECTIONS["wide"][:, :6], dtype=torch.float32))
+    assert out.dtype == torch.float32 and tuple(out.shape) == (4, 6)
+
+
+def test_nuclear_lmo_is_deterministic():
+    X = fc.NuclearBall((9, 4), 1.0)
+    d = DIRECTIONS["tall"]
+    np.testing.assert_array_equal(X.lmo(d), X.lmo(d.copy()))
