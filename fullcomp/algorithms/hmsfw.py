@@ -14,6 +14,7 @@ from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle
 from fullcomp.run import Budget, Loop, Result, drive
 from fullcomp.schedules import Schedule, resolve
+from fullcomp.sets.atoms import Entries, combine
 from fullcomp.trackers import polyak, taylor
 
 VARIANTS = {"taylor": "taylor", "ii": "taylor", "polyak": "polyak", "i": "polyak"}
@@ -120,6 +121,7 @@ def hmsfw(
         # the iterate is kept only there and at ``track`` (evaluation entries); the dense point is
         # rebuilt from the atoms at the end.
         kept = problem.kept_entries
+        track = Entries(kept.flat[len(reads) :], domain.shape)
         oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype)
         y0 = problem.x0_at(kept)
     n_read = len(reads) if reads is not None else domain.size
@@ -177,7 +179,8 @@ def hmsfw(
         if kept is None:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
-            x = tensor(sum(w * a.at(kept) for w, a in zip(res.weights, res.atoms)))
+            # The GLMO gives x at the entries read; only the tracked extra entries are evaluated here.
+            x = tensor(np.concatenate([res.x, sum(w * a.at(track) for w, a in zip(res.weights, res.atoms))]))
             atoms = blend_atoms(state["atoms"], res, gamma)
         y_next = y + gamma * (x - y)
         value, jac = sample_at(y_next, k + 1)
@@ -194,7 +197,8 @@ def hmsfw(
             return state["y"].reshape(domain.shape)
         if domain.size > MAX_DENSE:
             return None
-        point = state["start"] * problem.start_atom().dense() + sum(c * a.dense() for a, c in state["atoms"].values())
+        atoms, weights = zip(*state["atoms"].values()) if state["atoms"] else ((), ())
+        point = combine([problem.start_atom(), *atoms], [state["start"], *weights], domain.shape)
         return tensor(point)
 
     def finish(state: dict, history, info: dict) -> Result:

@@ -50,6 +50,8 @@ class ColumnGenerationGLMO:
         self.active = np.zeros(slots, dtype=bool)
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
         self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
+        self._entries: Entries | None = None
+        self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads
         self._all = Entries.all(domain.shape)
 
     def solve(
@@ -73,9 +75,9 @@ class ColumnGenerationGLMO:
         entries = self._all if entries is None else entries
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries))
         self.c.value = c
-        images = np.zeros((self.outer.n, self.active.size))
-        for j in np.flatnonzero(self.active):
-            images[:, j] = Vm @ self.atoms[j].at(entries)
+        self._cache_values(entries)
+        # One contiguous product over all slots (boolean-indexing the cache would copy it); idle slots are masked.
+        images = np.where(self.active, (self.values @ Vm.T).T, 0.0)
         calls = 0
         if not self.active.any():
             # Seed an empty pool with the current point (it costs no pricing call, so max_calls holds
@@ -84,7 +86,8 @@ class ColumnGenerationGLMO:
                 if entries is not self._all:
                     raise OptionError("a GLMO on entries needs start= (the current point as an atom) on its first call")
                 start = DenseAtom(as_numpy(self.domain.project(as_numpy(y).reshape(self.domain.shape))))
-            self._add(start, Vm @ start.at(entries), images)
+            values = start.at(entries)
+            self._add(start, values, Vm @ values, images)
         while True:
             self.images.value, self.mask.value = images, self.active.astype(float)
             solvers.solve(self.problem, "column-generation master")
@@ -96,28 +99,36 @@ class ColumnGenerationGLMO:
             # Certificate <V^T q, x - s> with s = lmo(V^T q), written through images to avoid forming x.
             atom = self.domain.lmo_atom(Vm.T @ self.q, entries, hint=self.hint)
             self.hint = atom
-            image = Vm @ atom.at(entries)
+            values = atom.at(entries)
+            image = Vm @ values
             gap = max(float(self.q @ (model_x - image)), 0.0)
             calls += 1
             target = tol if tol is not None else 1e-6 * max(1.0, abs(value))
             if gap <= target:
                 break
-            self._add(atom, image, images, lam)
+            self._add(atom, values, image, images, lam)
             if calls >= max_calls:
                 break
         used = np.flatnonzero(lam > 0)
-        atoms, weights = [self.atoms[j] for j in used], lam[used]
+        x = lam @ self.values  # lam is zero on idle slots
         if entries is self._all:
-            x = sum(w * a.dense() for w, a in zip(weights, atoms)).reshape(self.domain.shape)
-        else:
-            x = sum(w * a.at(entries) for w, a in zip(weights, atoms))
-        return GLMOResult(x, value, gap, calls, atoms, weights)
+            x = x.reshape(self.domain.shape)
+        return GLMOResult(x, value, gap, calls, [self.atoms[j] for j in used], lam[used])
 
-    def _add(self, atom: Atom, image: np.ndarray, images: np.ndarray, lam: np.ndarray | None = None) -> None:
+    def _cache_values(self, entries: Entries) -> None:
+        """Keep every pooled atom's values at ``entries``: atoms persist across calls, entries do not change."""
+        if self._entries is not entries:
+            self._entries, self.values = entries, np.zeros((self.active.size, len(entries)))
+            for j in np.flatnonzero(self.active):
+                self.values[j] = self.atoms[j].at(entries)
+
+    def _add(
+        self, atom: Atom, values: np.ndarray, image: np.ndarray, images: np.ndarray, lam: np.ndarray | None = None
+    ) -> None:
         if self.active.all():  # pool atoms plus the slot for the new one are all taken
             self._make_room(images, lam)
         slot = int(np.argmin(self.active))
-        self.atoms[slot], images[:, slot], self.active[slot] = atom, image, True
+        self.atoms[slot], self.values[slot], images[:, slot], self.active[slot] = atom, values, image, True
 
     def _make_room(self, images: np.ndarray, lam: np.ndarray | None) -> None:
         weights = np.where(self.active, lam if lam is not None else 1.0, np.inf)
@@ -126,9 +137,10 @@ class ColumnGenerationGLMO:
             self.active[idle] = False
             return
         i, j = np.argsort(weights)[:2]
-        wi, wj = weights[i], weights[j]
-        self.atoms[i] = MixtureAtom([self.atoms[i], self.atoms[j]], np.array([wi, wj]) / (wi + wj))
-        images[:, i] = (wi * images[:, i] + wj * images[:, j]) / (wi + wj)
+        wi, wj = weights[i] / (weights[i] + weights[j]), weights[j] / (weights[i] + weights[j])
+        self.atoms[i] = MixtureAtom([self.atoms[i], self.atoms[j]], np.array([wi, wj]))
+        self.values[i] = wi * self.values[i] + wj * self.values[j]
+        images[:, i] = wi * images[:, i] + wj * images[:, j]
         self.active[j] = False
 
     def state_dict(self) -> dict:
@@ -137,3 +149,4 @@ class ColumnGenerationGLMO:
     def load_state_dict(self, state: dict) -> None:
         self.atoms, self.active, self.q = list(state["atoms"]), np.array(state["active"]), np.array(state["q"])
         self.hint = state.get("hint")
+        self._entries = None  # the value cache is rebuilt from the atoms

@@ -49,4 +49,5 @@ class Result:
         return folder
 
     def __repr__(self) -> str:
-        return f"Result(method={self.info.get('method')!r}, iterations={self.info.get('iterations')}, rows={len(self.history)})"
+        method, iterations = self.info.get("method"), self.info.get("iterations")
+        return f"Result(method={method!r}, iterations={iterations}, rows={len(self.history)})"

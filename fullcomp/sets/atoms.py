@@ -108,3 +108,21 @@ class ZeroAtom(Atom):
 
     def dense(self) -> np.ndarray:
         return np.zeros(self.shape)
+
+
+def combine(atoms: list[Atom], weights: list[float], shape: tuple[int, ...]) -> np.ndarray:
+    """The dense point sum_j weights[j] atoms[j]; rank-one atoms are stacked into one matrix product."""
+    us, vs, point = [], [], np.zeros(shape)
+    stack = list(zip(atoms, weights))
+    while stack:
+        atom, w = stack.pop()
+        if isinstance(atom, MixtureAtom):
+            stack += [(a, w * v) for a, v in zip(atom.atoms, atom.weights)]
+        elif isinstance(atom, RankOneAtom):
+            us.append(w * atom.u)
+            vs.append(atom.v)
+        elif not isinstance(atom, ZeroAtom):
+            point += w * atom.dense()
+    if us:
+        point += np.stack(us, axis=1) @ np.stack(vs, axis=0)
+    return point
