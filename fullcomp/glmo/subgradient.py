@@ -25,6 +25,7 @@ from typing import Any
 import cvxpy as cp
 import numpy as np
 from cvxpy.atoms.max import max as cvxpy_max
+from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
@@ -51,6 +52,12 @@ def is_plain_max(outer: Outer) -> bool:
     """True when F is exactly ``cp.max(u)`` of the placeholder (no x, no scaling)."""
     expr = outer.expr
     return isinstance(expr, cvxpy_max) and expr.axis is None and expr.args[0] is outer.u and not outer.depends_on_x
+
+
+def has_partial_minimization(expr: cp.Expression) -> bool:
+    if isinstance(expr, PartialProblem):
+        return True
+    return any(has_partial_minimization(arg) for arg in getattr(expr, "args", []))
 
 
 def softmax_smoothing(u: np.ndarray, mu: float) -> OuterGradient:
@@ -165,12 +172,19 @@ class OuterCalculus:
         # squares would break DPP, and a run uses one mu, so one compiled program per mu.
         outer = self.outer
         p_u = cp.Parameter(outer.n, name="u_point")
-        objective = outer.expr + cp.sum_squares(outer.u - p_u) / (2.0 * mu)
+        distance = cp.sum_squares(outer.u - p_u)
         p_x = None
         if outer.depends_on_x:
             p_x = cp.Parameter(outer.domain.shape, name="x_point")
-            objective = objective + cp.sum_squares(outer.domain.variable - p_x) / (2.0 * mu)
-        problem = cp.Problem(cp.Minimize(objective))
+            distance = distance + cp.sum_squares(outer.domain.variable - p_x)
+        if has_partial_minimization(outer.expr):
+            # CVXPY 1.9's QP detection walks into partial minimizations (fc.chi2_dro) and fails on a
+            # quadratic objective, so the squared distance goes to an epigraph constraint instead
+            # (a second-order cone, solved less accurately than Clarabel's native quadratic objective).
+            t = cp.Variable(nonneg=True, name="squared_distance")
+            problem = cp.Problem(cp.Minimize(outer.expr + t / (2.0 * mu)), [distance <= t])
+        else:
+            problem = cp.Problem(cp.Minimize(outer.expr + distance / (2.0 * mu)))
         if not problem.is_dcp(dpp=True):
             raise ModelError("the prox program is not DPP; keep parameters out of products in the outer function")
         self._prox_programs[mu] = (problem, p_u, p_x)

@@ -1,0 +1,208 @@
+"""LiNASA+ICG (Xiao, Balasubramanian and Ghadimi, 2022) on a smoothed outer function (baseline C3)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fullcomp.algorithms.tracked import InnerMap, check_problem, numpy, positive, positive_int
+from fullcomp.errors import OptionError
+from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.model.composite import CompositeProblem
+from fullcomp.run import Budget, Loop, Result, drive
+
+ICG_SCHEDULES = ("linear", "sqrt")
+
+
+def linasa_icg(
+    problem: CompositeProblem,
+    *,
+    iters: int | None = None,
+    seconds: float | None = None,
+    mu: float = 1e-2,
+    smoothing: str = "auto",
+    beta: float | None = None,
+    horizon: int | None = None,
+    icg_steps: str | int | Callable[[int], int] = "linear",
+    delta: float = 0.0,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    callback: Callable | None = None,
+    eval_every: int | None = None,
+    progress: bool = True,
+    checkpoint: Any = None,
+) -> Result:
+    """Minimize F(f(x), x) over X with LiNASA on the smoothed F_mu and ICG inner Frank-Wolfe.
+
+    Each iteration k (tau_0 = 1, then tau = 1/sqrt(N)):
+
+    1. ICG: Frank-Wolfe on q(y) = <d_k, y> + (beta/2) ||y - x_k||^2 over X from
+       y = x_k, with the exact line search min(1, <grad q, y - v> / (beta ||v - y||^2)),
+       for t_k steps or until the FW gap of q is at most ``delta``;
+    2. x_{k+1} = x_k + tau_k (y - x_k);
+    3. two independent samples at x_{k+1}: a value f~ and a Jacobian J~;
+       w_{k+1} = (1 - tau_k) w_k + tau_k f~ + J~ (x_{k+1} - x_k);
+    4. d_{k+1} = (1 - tau_k) d_k + tau_k (J~^T grad_u F_mu(w_{k+1}, x_{k+1}) + grad_x F_mu).
+
+    x is kept dense (ICG steps over X need the whole point); a problem declaring
+    ``reads=`` gets its Jacobians, and the model products, on those entries only.
+
+    Parameters
+    ----------
+    iters, seconds : budget in iterations and/or optimizer seconds (evaluation excluded).
+    mu : smoothing parameter (default 1e-2; the paper searched 1e-3 to 1).
+    smoothing : "auto" (log-sum-exp for F = cp.max(u), bias at most mu log n;
+        the Moreau envelope otherwise), "lse" or "moreau" (the quadratic
+        smoothing of the HMSFW paper's runs; closed form for cp.max(u), a
+        compiled prox program for any other F).
+    beta : the ICG quadratic coefficient beta_L (inverse step).  Default None: the
+        scale-free ||d_0|| / D_X (the unconstrained step from x_0 travels one diameter).
+    horizon : N in tau = 1/sqrt(N), treated as a step parameter (runs continue
+        past N updates and the last iterate is returned).  Default: ``iters``.
+    icg_steps : ICG work t_k at iteration k = 0, 1, ...: "linear" (t_k = k + 1,
+        the source schedule ceil(k) counted from k = 1; O(K^2) LMOs in all),
+        "sqrt" (ceil(sqrt(k + 1))), an int (constant) or a function k -> int.
+    delta : stop ICG early once its Frank-Wolfe gap is at most delta (default 0:
+        always t_k steps; the paper used 0.01).
+    seed, device, dtype, callback, eval_every, progress, checkpoint : as for :func:`fullcomp.hmsfw`.
+
+    Returns
+    -------
+    Result with ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
+    F(w_k, x_k) (the unsmoothed F), ``smoothed_estimate`` = F_mu(w_k, x_k),
+    ``tau``, ``icg_steps`` (LMO calls), ``icg_gap`` (final FW gap of q)), the
+    function tracker ``w`` and the direction ``d``.
+    """
+    problem = check_problem(problem, "linasa_icg")
+    mu = positive(mu, "mu", "the smoothing parameter")
+    if beta is not None:
+        beta = positive(beta, "beta", "the ICG quadratic coefficient")
+    if horizon is None:
+        if iters is None:
+            raise OptionError("horizon N (tau = 1/sqrt(N)) is needed when the budget is in seconds: pass horizon=N")
+        horizon = iters
+    N = positive_int(horizon, "horizon", "N in tau = 1/sqrt(N)")
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (math.isfinite(delta) and delta >= 0):
+        raise OptionError(f"delta must be a number >= 0 (the ICG Frank-Wolfe gap tolerance), got {delta!r}")
+    work = icg_schedule(icg_steps)
+    loop = Loop(Budget(iters, seconds), callback, eval_every, progress, checkpoint, "objective_estimate", "linasa-icg")
+    domain, outer = problem.domain, problem.outer
+    calculus = OuterCalculus(outer)
+    kind = calculus.smoothing(smoothing)
+    inner = InnerMap(problem, device, dtype)
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    def as_numpy_x(x: torch.Tensor) -> Any:
+        return numpy(x).reshape(domain.shape) if outer.depends_on_x else None
+
+    def samples(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """f~(x) and J~(x) from two independent batches (the value needs no Jacobian pass)."""
+        value_batch, jacobian_batch = problem.sample(generator), problem.sample(generator)
+        return inner.value(x, value_batch, k), inner.sample(x, jacobian_batch, k)[1]
+
+    def smoothed_direction(w: torch.Tensor, x: torch.Tensor, jac: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """J~^T grad_u F_mu(w, x) + grad_x F_mu(w, x), and F_mu(w, x)."""
+        g = calculus.smoothed(numpy(w), as_numpy_x(x), mu=mu, kind=kind)
+        return inner.chain_rule(jac, g), g.value
+
+    # Set-up (the first samples and the default beta), not optimizer time, as for hmsfw.
+    x0 = torch.as_tensor(problem.x0, dtype=dtype, device=device).reshape(-1)
+    w0, jac0 = samples(x0, 0)
+    d0, smoothed0 = smoothed_direction(w0, x0, jac0)
+    if beta is None:
+        first = float(torch.linalg.vector_norm(d0))
+        beta = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
+    state = {"x": x0, "w": w0, "d": d0, "smoothed": torch.tensor(smoothed0, dtype=torch.float64)}
+
+    def icg(x: torch.Tensor, d: torch.Tensor, steps: int) -> tuple[torch.Tensor, int, float]:
+        """Frank-Wolfe on q(y) = <d, y> + (beta/2)||y - x||^2 from y = x; (y, LMO calls, last FW gap)."""
+        y, gap = x, math.inf
+        for s in range(steps):
+            grad = d + beta * (y - x)
+            v = domain.lmo(grad.reshape(domain.shape)).reshape(-1)
+            gap = float(grad @ (y - v))
+            if gap <= delta:
+                return y, s + 1, gap
+            y = y + min(1.0, gap / (beta * float((v - y) @ (v - y)))) * (v - y)
+        return y, steps, gap
+
+    def step(state: dict, k: int) -> tuple[dict, dict]:
+        x, w, d = state["x"], state["w"], state["d"]
+        y, calls, gap = icg(x, d, work(k))
+        tau = 1.0 if k == 0 else 1.0 / math.sqrt(N)
+        x_next = x + tau * (y - x)
+        value, jac = samples(x_next, k + 1)
+        w_next = (1 - tau) * w + tau * value + jac @ inner.read(x_next - x)
+        direction, smoothed = smoothed_direction(w_next, x_next, jac)
+        d_next = (1 - tau) * d + tau * direction
+        row = {
+            "objective_estimate": outer.value(numpy(w), as_numpy_x(x)),
+            "smoothed_estimate": float(state["smoothed"]),
+            "tau": tau,
+            "icg_steps": calls,
+            "icg_gap": gap,
+        }
+        new = {"x": x_next, "w": w_next, "d": d_next, "smoothed": torch.tensor(smoothed, dtype=torch.float64)}
+        return new, row
+
+    def observe(state: dict, k: int) -> dict:
+        return {
+            "objective_estimate": outer.value(numpy(state["w"]), as_numpy_x(state["x"])),
+            "smoothed_estimate": float(state["smoothed"]),
+        }
+
+    def finish(state: dict, history, info: dict) -> Result:
+        return Result(state["x"].reshape(domain.shape), history, info, w=state["w"], d=state["d"])
+
+    info = {
+        "method": "linasa-icg",
+        "mu": mu,
+        "smoothing": kind,
+        "beta": beta,
+        "horizon": N,
+        "icg_steps": icg_steps if isinstance(icg_steps, (str, int)) else "custom",
+        "delta": float(delta),
+        "seed": seed,
+        "device": str(device),
+        "dtype": str(dtype),
+    }
+    return drive(
+        step,
+        state,
+        loop,
+        generator=generator,
+        iterate=lambda s: s["x"].reshape(domain.shape),
+        finish=finish,
+        observe=observe,
+        info=info,
+    )
+
+
+def icg_schedule(icg_steps: str | int | Callable[[int], int]) -> Callable[[int], int]:
+    """The ICG work t_k as a function of the iteration k = 0, 1, ..., each value checked positive."""
+    if icg_steps == "linear":
+        rule = lambda k: k + 1  # noqa: E731
+    elif icg_steps == "sqrt":
+        rule = lambda k: math.ceil(math.sqrt(k + 1))  # noqa: E731
+    elif isinstance(icg_steps, numbers.Integral) and not isinstance(icg_steps, bool):
+        positive_int(icg_steps, "icg_steps", "ICG Frank-Wolfe steps per iteration")
+        rule = lambda k: icg_steps  # noqa: E731
+    elif callable(icg_steps):
+        rule = icg_steps
+    else:
+        raise OptionError(
+            f"icg_steps must be 'linear', 'sqrt', a positive int or a function k -> int, got {icg_steps!r}"
+        )
+
+    def checked(k: int) -> int:
+        return positive_int(rule(k), "icg_steps", f"ICG steps at iteration {k}")
+
+    return checked
+
+
+__all__ = ["linasa_icg"]
