@@ -4,18 +4,25 @@ Declare the outer function F in CVXPY, the inner map f in torch and the domain
 X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x).
 """
 
-from fullcomp import errors
-from fullcomp.algorithms import hmsfw
+from fullcomp import datasets, errors, noise
+from fullcomp.algorithms import hmsfw, scfw
+from fullcomp.algorithms.linasa import linasa_icg
+from fullcomp.algorithms.prox_linear import prox_linear
+from fullcomp.algorithms.psg import psg
+from fullcomp.algorithms.smag import SMAGStepper, smag
 from fullcomp.glmo import GLMOResult, build_glmo
 from fullcomp.model import CompositeProblem, chi2_dro, cvar, inner_value
+from fullcomp.model.dmax import DMaxProblem
 from fullcomp.run import Checkpoint, History, Result
 from fullcomp.schedules import Schedule
 from fullcomp.sets import Box, ConvexSet, L1Ball, L2Ball, NuclearBall, Set, Simplex
+from fullcomp.stationarity import Stationarity, stationarity
 
 __version__ = "0.1.0"
 
 __all__ = [
     "errors",
+    "datasets",
     "inner_value",
     "cvar",
     "chi2_dro",
@@ -29,9 +36,17 @@ __all__ = [
     "ConvexSet",
     "build_glmo",
     "hmsfw",
+    "scfw",
     "Schedule",
     "Checkpoint",
     "History",
     "Result",
     "GLMOResult",
+    "DMaxProblem",
+    "smag",
+    "SMAGStepper",
+    "stationarity",
+    "Stationarity",
 ]
+__all__ += ["psg", "prox_linear", "linasa_icg"]
+__all__ += ["noise"]

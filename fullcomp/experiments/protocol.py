@@ -794,7 +794,8 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
             ax.set_ylabel(f"worst-group {title} Huber loss")
             ax.set_title(f"{title.capitalize()}, {OBJECTIVE_LABELS[objective]}")
             ax.grid(alpha=0.3)
-        axes[1].legend(fontsize="small")
+        if axes[1].get_legend_handles_labels()[0]:  # runs with a single evaluation draw no curve
+            axes[1].legend(fontsize="small")
         data = block[0][1][0].summary.get("data", "")
         fig.suptitle(f"{data}: worst-group loss vs optimizer time (mean ± sample SD over seeds)")
         path = Path(out_dir) / objective / "curves.png"

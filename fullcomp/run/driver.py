@@ -135,8 +135,9 @@ def drive(
                 raise
             row = {"k": k, "time": started, **row}
             if loop.budget.over_time(watch.elapsed):
-                # This update crossed the budget: score the last complete in-budget state.
+                # This update crossed the budget: score the last complete in-budget state, and its time.
                 stop_reason, final = "seconds", True
+                watch.elapsed = started
                 record(row, k)
                 break
             wants_stop = record(row, k)

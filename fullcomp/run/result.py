@@ -38,14 +38,19 @@ class Result:
         return {**{k: plain(v) for k, v in self.info.items()}, "final": last}
 
     def save(self, folder: str | os.PathLike) -> Path:
-        """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` into ``folder``."""
+        """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` (``x_entries.npy`` when
+        a structured run kept no dense iterate) into ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.history.to_csv(folder / "history.csv")
         write_atomic(folder / "summary.json", json.dumps(self.summary(), indent=1, default=str))
-        with open(folder / ".x.npy.tmp", "wb") as fh:
-            np.save(fh, self.x.detach().cpu().numpy())
-        os.replace(folder / ".x.npy.tmp", folder / "x.npy")
+        # Structured runs too large for a dense iterate save the values they keep instead.
+        x = self.x if self.x is not None else self.extras.get("x_entries")
+        if x is not None:
+            name = "x.npy" if self.x is not None else "x_entries.npy"
+            with open(folder / f".{name}.tmp", "wb") as fh:
+                np.save(fh, x.detach().cpu().numpy())
+            os.replace(folder / f".{name}.tmp", folder / name)
         return folder
 
     def __repr__(self) -> str:
