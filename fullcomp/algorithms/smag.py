@@ -19,18 +19,13 @@ from typing import Any
 import torch
 from torch.func import grad_and_value
 
+from fullcomp.algorithms.tracked import positive
 from fullcomp.errors import ModelError, OptionError, OracleError
 from fullcomp.model.dmax import DMaxProblem, Params, to_run
 from fullcomp.run import Budget, Loop, Result, drive
 from fullcomp.sets.base import Set
 
 OUTPUTS = ("last", "random")
-
-
-def positive(value: Any, name: str, meaning: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
-        raise OptionError(f"{name} must be a positive number ({meaning}), got {value!r}")
-    return float(value)
 
 
 def run_dtype(dtype: Any) -> torch.dtype:
@@ -68,9 +63,12 @@ class SMAGStepper:
         seed: int = 0,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        _stacklevel: int = 2,
     ):
         if not isinstance(problem, DMaxProblem):
             raise ModelError(f"SMAG needs a fc.DMaxProblem, got {type(problem).__name__}")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise OptionError(f"seed must be an int, got {seed!r}")
         self.problem = problem
         self.gamma = positive(gamma, "gamma", "the Moreau envelope parameter, below 1/(weak-convexity modulus)")
         self.eta0 = positive(eta0, "eta0", "the step size of x along the gradient estimate G")
@@ -82,39 +80,45 @@ class SMAGStepper:
                 "eta1 <= gamma^2 (1/gamma - delta)/2 of the SMAG analysis fails for every delta >= 0, so x_phi and "
                 "x_psi may not track the proximal points; lower eta1 or raise gamma",
                 UserWarning,
-                stacklevel=3 if type(self) is SMAGStepper else 4,
+                stacklevel=_stacklevel,  # the user's line: SMAGStepper(...) or fc.smag(...)
             )
         self.device, self.dtype = run_device(device), run_dtype(dtype)
-        self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
-        self._phi_grad = self._oracle(problem.phi_value, problem.x, problem.y, "phi")
-        self._psi_grad = None if problem.psi is None else self._oracle(problem.psi_value, problem.x, problem.z, "psi")
+        try:
+            self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
+        except RuntimeError as exc:
+            raise OptionError(f"device {device!r} is not usable here ({exc}); pass device='cpu'") from None
+        self._grads = self._gradients()
         self.state = self.initial_state()
         self.k = 0  # iterations done by step()
         self._at = 0  # the iteration being computed, for error messages
 
     # -- the stochastic (sub)gradients, from torch.func -----------------------
 
-    def _oracle(self, fn: Callable, xp: Params, dual: Params | None, name: str) -> Callable:
-        """(grad_x, grad_dual), value of ``name`` at flat points; grad_dual is None without a dual block."""
+    def _scalar(self, out: Any, name: str) -> torch.Tensor:
+        if not isinstance(out, torch.Tensor) or out.numel() != 1:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise OracleError(
+                f"{name} returned {shape} at iteration {self._at}; it must return a scalar (use .mean() or .sum())"
+            )
+        return out if out.dim() == 0 else out.reshape(())
 
-        def value(x: torch.Tensor, d: torch.Tensor | None, batch: Any) -> torch.Tensor:
-            out = fn(xp.view(x), None if dual is None else dual.view(d), batch)
-            if not isinstance(out, torch.Tensor) or out.numel() != 1:
-                shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise OracleError(
-                    f"{name} returned {shape} at iteration {self._at}; it must return a scalar (use .mean() or .sum())"
-                )
-            return out.reshape(())
+    def _gradients(self) -> Callable:
+        """The stochastic (sub)gradients of lines 4-7 at (x_phi, y) and (x_psi, z), from one torch.func call.
 
-        if dual is not None:
-            return grad_and_value(value, argnums=(0, 1))
-        primal = grad_and_value(value, argnums=0)
+        phi(x_phi, y) + psi(x_psi, z) separates across the blocks, so its gradient with
+        respect to each block is exactly the partial gradient the algorithm needs, and
+        one transform and backward pass cost less than two.
+        """
+        p = self.problem
 
-        def oracle(x: torch.Tensor, d: None, batch: Any) -> tuple[tuple[torch.Tensor, None], torch.Tensor]:
-            gx, v = primal(x, None, batch)
-            return (gx, None), v
+        def total(blocks: dict, batch: Any, psi_batch: Any) -> tuple[torch.Tensor, tuple]:
+            phi = self._scalar(p.phi_value(p.x.view(blocks["x_phi"]), view(p.y, blocks.get("y")), batch), "phi")
+            if p.psi is None:
+                return phi, (phi, torch.zeros_like(phi))
+            psi = self._scalar(p.psi_value(p.x.view(blocks["x_psi"]), view(p.z, blocks.get("z")), psi_batch), "psi")
+            return phi + psi, (phi, psi)
 
-        return oracle
+        return grad_and_value(total, has_aux=True)
 
     def initial_state(self) -> dict:
         """x_0 = x_phi^0 = x_psi^0 from x0; y_0, z_0 from y0, z0 projected onto Y, Z."""
@@ -137,32 +141,35 @@ class SMAGStepper:
         """One iteration t = k of Algorithm 1 on the given batches; returns (next state, history row)."""
         p, gamma, eta0, eta1 = self.problem, self.gamma, self.eta0, self.eta1
         self._at = k
+        shared = psi_batch is batch
         batch = to_run(batch, self.dtype, self.device)
-        x, x_phi, y = state["x"], state["x_phi"], state["y"]
+        psi_batch = batch if shared else to_run(psi_batch, self.dtype, self.device)
+        x, x_phi, y, x_psi, z = (state[key] for key in ("x", "x_phi", "y", "x_psi", "z"))
+        blocks = {"x_phi": x_phi, "y": y} if p.psi is None else {"x_phi": x_phi, "y": y, "x_psi": x_psi, "z": z}
+        grads, (_, (phi_value, psi_value)) = self._grads(
+            {key: v for key, v in blocks.items() if v is not None}, batch, psi_batch
+        )
 
         # Lines 4-5: one stochastic step on min_x' phi(x', y) + ||x' - x_t||^2 / (2 gamma), one ascent step on y.
-        (gx, gy), phi_value = self._phi_grad(x_phi, y, batch)
-        x_phi = x_phi - eta1 * (gx + (x_phi - x) / gamma)
-        y_ascent = None if y is None else y + eta1 * gy
+        x_phi = proximal_step(x_phi, x, grads["x_phi"], eta1, gamma)
+        y_ascent = None if y is None else torch.add(y, grads["y"], alpha=eta1)
 
         # Lines 6-7: the same for psi.  Without psi (Algorithm 3) Psi = 0, whose proximal point is x_t itself.
-        if self._psi_grad is None:
-            x_psi, z_ascent, psi_value = x, None, torch.zeros((), dtype=self.dtype, device=self.device)
+        if p.psi is None:
+            x_psi, z_ascent = x, None
         else:
-            x_psi, z = state["x_psi"], state["z"]
-            (gx, gz), psi_value = self._psi_grad(x_psi, z, to_run(psi_batch, self.dtype, self.device))
-            x_psi = x_psi - eta1 * (gx + (x_psi - x) / gamma)
-            z_ascent = None if z is None else z + eta1 * gz
+            x_psi = proximal_step(x_psi, x, grads["x_psi"], eta1, gamma)
+            z_ascent = None if z is None else torch.add(z, grads["z"], alpha=eta1)
 
         # Line 8: G = (x_t - x_phi)/gamma - (x_t - x_psi)/gamma estimates grad F_gamma(x_t) (eq. (5)).
         G = (x_psi - x_phi) / gamma
         # Line 9.
-        x_next = x - eta0 * G
+        x_next = torch.add(x, G, alpha=-eta0)
 
         # One synchronisation checks every value and update: a non-finite one stops the run before it spreads.
         stats = [phi_value, psi_value, torch.linalg.vector_norm(G)]
         stats += [v.sum() for v in (y_ascent, z_ascent) if v is not None]
-        values = torch.stack([s.detach().reshape(()) for s in stats]).tolist()
+        values = torch.stack(stats).tolist()
         self._check_finite(values, y_ascent is not None, k)
 
         y_next = None if y_ascent is None else self._project(p.Y, y_ascent)
@@ -174,25 +181,31 @@ class SMAGStepper:
     def _check_finite(self, values: list[float], has_y: bool, k: int) -> None:
         if all(math.isfinite(v) for v in values):
             return
-        names = ["the value of phi", "the value of psi", "the gradient estimate G (a non-finite x-gradient)"]
-        names += ["the y-gradient of phi"] if has_y else []
-        names += ["the z-gradient of psi"]
-        bad = [n for n, v in zip(names, values) if not math.isfinite(v)]
+        phi, psi, g, *duals = values
+        if not math.isfinite(phi):
+            what = f"phi returned a non-finite value ({phi})"
+        elif not math.isfinite(psi):
+            what = f"psi returned a non-finite value ({psi})"
+        elif not math.isfinite(g):
+            what = "the x-gradient of phi or psi is non-finite"
+        else:
+            names = (["the y-gradient of phi"] if has_y else []) + ["the z-gradient of psi"]
+            what = " and ".join(n for n, v in zip(names, duals) if not math.isfinite(v)) + " is non-finite"
         raise OracleError(
-            f"non-finite {' and '.join(bad)} at iteration {k}; the run stopped and exc.result holds the last finite "
-            "state. Lower eta0/eta1 or check phi and psi for overflow (log of 0, division by 0)"
+            f"{what} at iteration {k}; the run stopped and exc.result holds the last finite state. "
+            "Lower eta0/eta1 or check phi and psi for overflow (log of 0, division by 0, sqrt at 0)"
         )
 
     # -- the step-by-step interface --------------------------------------------
 
     def step(self, batch: Any = None, psi_batch: Any = None) -> dict:
-        """One SMAG iteration; ``batch`` defaults to a draw from the problem's sampler.
+        """One SMAG iteration; ``batch`` defaults to a draw from the problem's sampler (``full_batch`` without one).
 
         ``psi_batch`` defaults to ``batch`` (one shared batch), or to a draw from
         ``psi_sampler`` when the problem has one.
         """
         p = self.problem
-        if batch is None and p.stochastic:
+        if batch is None:
             batch, drawn_psi = p.sample(self.generator)
             psi_batch = drawn_psi if psi_batch is None else psi_batch
         if psi_batch is None:
@@ -249,6 +262,11 @@ class SMAGStepper:
     def load_state_dict(self, saved: dict) -> None:
         self.state, self.k = saved["state"], saved["k"]
         self.generator.set_state(saved["generator"])
+
+
+def proximal_step(v: torch.Tensor, x: torch.Tensor, g: torch.Tensor, eta1: float, gamma: float) -> torch.Tensor:
+    """v - eta1 (g + (v - x)/gamma), as a move toward x and a step along g: two operations instead of five."""
+    return torch.lerp(v, x, eta1 / gamma).add_(g, alpha=-eta1)
 
 
 class OutputRule:
@@ -318,9 +336,10 @@ def smag(
     Returns
     -------
     Result with ``x``, ``x_phi``, ``x_psi`` (in x0's container), ``y``, ``z``
-    (None where absent) and ``history`` rows ``k``, ``time``, ``phi_value``,
-    ``psi_value`` (stochastic values at x_phi, x_psi) and
-    ``grad_estimate_norm`` = ||G_{k+1}||.
+    (None where absent), ``G`` and ``history`` rows ``k``, ``time``, ``phi_value``,
+    ``psi_value`` (sampled values at x_phi, x_psi) and ``grad_estimate_norm`` =
+    ||G_{k+1}||; the last row describes the final state, with exact values when
+    the problem has ``full_batch`` or no sampler.
     """
     if not isinstance(problem, DMaxProblem):
         raise ModelError(f"smag needs a fc.DMaxProblem, got {type(problem).__name__}")
@@ -329,7 +348,9 @@ def smag(
             f"output must be 'last' (final iterate) or 'random' (t-bar uniform, as in the theorems), got {output!r}"
         )
     loop = Loop(Budget(iters, seconds), callback, eval_every, progress, checkpoint, "grad_estimate_norm", "smag")
-    stepper = SMAGStepper(problem, gamma=gamma, eta0=eta0, eta1=eta1, seed=seed, device=device, dtype=dtype)
+    stepper = SMAGStepper(
+        problem, gamma=gamma, eta0=eta0, eta1=eta1, seed=seed, device=device, dtype=dtype, _stacklevel=3
+    )
     rule = OutputRule(seed)
     generator = stepper.generator
 
@@ -343,17 +364,22 @@ def smag(
         return new, row
 
     def observe(state: dict, k: int) -> dict:
-        row = {"grad_estimate_norm": float(torch.linalg.vector_norm(state["G"]))}
-        if problem.stochastic and problem.full_batch is None:
-            return row
-        batch, psi_batch = (to_run(b, stepper.dtype, stepper.device) for b in problem.exact_batches())
-        x = problem.x
+        """The final row, at the final state: exact values on the full batches, else on one fresh draw."""
+        batch, psi_batch = problem.full_batch, problem.psi_full_batch
+        if psi_batch is None and not problem.separate_samplers:
+            psi_batch = batch
+        if problem.stochastic and (batch is None or psi_batch is None):
+            # A generator of its own, so the run's stream (and a resumed run) stays untouched.
+            drawn = problem.sample(torch.Generator(device=stepper.device).manual_seed(int(seed) + 2_000_003))
+            batch = drawn[0] if batch is None else batch
+            psi_batch = drawn[1] if psi_batch is None else psi_batch
+        x, run = problem.x, lambda b: to_run(b, stepper.dtype, stepper.device)  # noqa: E731
         with torch.no_grad():
-            row["phi_value"] = float(problem.phi_value(x.view(state["x_phi"]), view(problem.y, state["y"]), batch))
+            phi = problem.phi_value(x.view(state["x_phi"]), view(problem.y, state["y"]), run(batch))
+            psi = 0.0
             if problem.psi is not None:
-                psi = problem.psi_value(x.view(state["x_psi"]), view(problem.z, state["z"]), psi_batch)
-                row["psi_value"] = float(psi)
-        return row
+                psi = problem.psi_value(x.view(state["x_psi"]), view(problem.z, state["z"]), run(psi_batch))
+        return {"phi_value": float(phi), "psi_value": float(psi), "grad_estimate_norm": float(state["G"].norm())}
 
     def finish(state: dict, history, info: dict) -> Result:
         chosen = state.get("pick") if output == "random" else None

@@ -38,15 +38,21 @@ class Result:
         return {**{k: plain(v) for k, v in self.info.items()}, "final": last}
 
     def save(self, folder: str | os.PathLike) -> Path:
-        """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` (``x_entries.npy`` when
-        a structured run kept no dense iterate) into ``folder``."""
+        """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` into ``folder``
+        (``x_entries.npy`` when a structured run kept no dense iterate, ``x.npz`` for a dict or module)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.history.to_csv(folder / "history.csv")
         write_atomic(folder / "summary.json", json.dumps(self.summary(), indent=1, default=str))
         # Structured runs too large for a dense iterate save the values they keep instead.
         x = self.x if self.x is not None else self.extras.get("x_entries")
-        if x is not None:
+        if isinstance(x, torch.nn.Module):
+            x = dict(x.named_parameters())
+        if isinstance(x, dict):  # parameters of a model: one array per name
+            with open(folder / ".x.npz.tmp", "wb") as fh:
+                np.savez(fh, **{k: v.detach().cpu().numpy() for k, v in x.items()})
+            os.replace(folder / ".x.npz.tmp", folder / "x.npz")
+        elif x is not None:
             name = "x.npy" if self.x is not None else "x_entries.npy"
             with open(folder / f".{name}.tmp", "wb") as fh:
                 np.save(fh, x.detach().cpu().numpy())

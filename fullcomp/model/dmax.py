@@ -1,0 +1,414 @@
+"""The declared DMax problem min_x max_{y in Y} phi(x, y) - max_{z in Z} psi(x, z), validated once.
+
+Parameters may be a tensor, a dict of tensors or a ``torch.nn.Module``.
+Algorithms work on one flat vector per block; a :class:`Params` turns that
+vector back into what the user's function expects (a reshaped tensor, a dict
+of views, or the module called through ``torch.func.functional_call``) and
+into what a result returns (a tensor, a dict, a copy of the module).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch.func import functional_call
+
+from fullcomp.errors import DomainError, ModelError
+from fullcomp.sets.base import Set
+
+Sampler = Callable[[torch.Generator], Any]
+
+
+class Bound:
+    """A module whose parameters are the current iterate: call it like the module itself.
+
+    ``phi(x, y, batch)`` receives one of these when ``x0`` is an
+    ``nn.Module``; ``x(inputs)`` runs the module through
+    ``torch.func.functional_call`` so gradients flow to the iterate.
+    ``x.params`` is the dict of parameter tensors, ``x.module`` the module.
+    """
+
+    __slots__ = ("module", "params")
+
+    def __init__(self, module: torch.nn.Module, params: dict[str, torch.Tensor]):
+        self.module, self.params = module, params
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return functional_call(self.module, self.params, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"Bound({type(self.module).__name__}, {len(self.params)} tensors)"
+
+
+class Params:
+    """How one block of variables (x, y or z) maps to a flat vector and back."""
+
+    def __init__(self, value: Any, name: str):
+        self.name = name
+        if isinstance(value, torch.nn.Module):
+            self.kind = "module"
+            self.module = value
+            named = dict(value.named_parameters())
+            for key, p in named.items():
+                if not p.is_floating_point():
+                    raise ModelError(
+                        f"{name} is a module whose parameter {key!r} has dtype {p.dtype}; SMAG needs floating-point "
+                        f"parameters: convert the module with {name}.float() or .double()"
+                    )
+                if not bool(torch.isfinite(p).all()):
+                    raise ModelError(f"{name} has non-finite entries in parameter {key!r}; start from finite values")
+            self.buffers = dict(value.named_buffers())
+            self._cast_buffers: dict[tuple, dict[str, torch.Tensor]] = {}
+        elif isinstance(value, Mapping):
+            self.kind = "dict"
+            named = {}
+            for key, v in value.items():
+                if not isinstance(key, str):
+                    raise ModelError(f"{name} is a dict whose keys must be strings, got key {key!r}")
+                named[key] = as_float_tensor(v, f"{name}[{key!r}]")
+        else:
+            self.kind = "tensor"
+            named = {"": as_float_tensor(value, name)}
+        if not named or sum(t.numel() for t in named.values()) == 0:
+            raise ModelError(f"{name} has no entries to optimize; pass a non-empty tensor, dict of tensors or module")
+        self.names = list(named)
+        self.shapes = [tuple(t.shape) for t in named.values()]
+        self.numels = [t.numel() for t in named.values()]
+        self.size = sum(self.numels)
+        self.initial = named
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the first tensor, the first a check at the start point tries."""
+        return next(iter(self.initial.values())).dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape, or ``(size,)`` for a dict or a module."""
+        return self.shapes[0] if self.kind == "tensor" else (self.size,)
+
+    def flat(self, dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
+        """The initial values as one flat vector (a fresh tensor, detached from the user's)."""
+        parts = [t.detach().reshape(-1).to(device=device, dtype=dtype) for t in self.initial.values()]
+        return torch.cat(parts).clone()
+
+    def split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {n: part.view(s) for n, part, s in zip(self.names, flat.split(self.numels), self.shapes)}
+
+    def view(self, flat: torch.Tensor) -> Any:
+        """What the user's function receives: views into ``flat``, so gradients reach it."""
+        if self.kind == "tensor":
+            return flat if flat.shape == self.shapes[0] else flat.view(self.shapes[0])
+        params = self.split(flat)
+        if self.kind == "dict":
+            return params
+        key = (flat.dtype, flat.device)
+        if key not in self._cast_buffers:
+            self._cast_buffers[key] = {k: cast_like(b, flat) for k, b in self.buffers.items()}
+        return Bound(self.module, {**self._cast_buffers[key], **params})
+
+    def build(self, flat: torch.Tensor) -> Any:
+        """What a result holds: a tensor, a dict of tensors or a copy of the module with these values."""
+        flat = flat.detach()
+        if self.kind == "tensor":
+            return flat.clone().view(self.shapes[0])
+        params = {k: v.clone() for k, v in self.split(flat).items()}
+        if self.kind == "dict":
+            return params
+        module = copy.deepcopy(self.module)
+        module.to(device=flat.device, dtype=flat.dtype)
+        with torch.no_grad():
+            for key, p in module.named_parameters():
+                p.copy_(params[key])
+        return module
+
+    def coerce(self, value: Any, dtype: torch.dtype, device: str | torch.device, what: str) -> torch.Tensor:
+        """A user-given point of this block (same container, or a flat vector) as a flat vector."""
+        if isinstance(value, Bound):
+            value = value.params
+        if isinstance(value, torch.nn.Module):
+            value = dict(value.named_parameters())
+        if isinstance(value, Mapping):
+            missing = [n for n in self.names if n not in value]
+            if missing:
+                raise ModelError(f"{what} lacks the entries {missing} of {self.name}")
+            return torch.cat([as_float_tensor(value[n], what).reshape(-1) for n in self.names]).to(device, dtype)
+        t = as_float_tensor(value, what).reshape(-1).to(device, dtype)
+        if t.numel() != self.size:
+            raise ModelError(f"{what} has {t.numel()} entries but {self.name} has {self.size}")
+        return t
+
+
+def as_float_tensor(value: Any, name: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(value, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise ModelError(
+                f"{name} must be a tensor, a dict of tensors or a torch.nn.Module, got {type(value).__name__}"
+            ) from None
+    if t.is_complex():
+        raise ModelError(f"{name} is complex; SMAG works with real floating-point tensors")
+    if not t.is_floating_point():
+        t = t.to(torch.get_default_dtype())
+    if not bool(torch.isfinite(t).all()):
+        raise ModelError(f"{name} has non-finite entries; start from finite values")
+    return t
+
+
+def cast_like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if t.is_floating_point():
+        return t.to(device=like.device, dtype=like.dtype)
+    return t.to(device=like.device)
+
+
+def to_run(batch: Any, dtype: torch.dtype, device: str | torch.device) -> Any:
+    """Move a batch (tensors nested in tuples, lists and dicts) to the run's device; floats to its dtype."""
+    if isinstance(batch, torch.Tensor):
+        device = torch.device(device) if isinstance(device, str) else device
+        if batch.device == device and (batch.dtype == dtype or not batch.is_floating_point()):
+            return batch  # the common case, without a dispatcher call
+        return batch.to(device=device, dtype=dtype) if batch.is_floating_point() else batch.to(device=device)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(to_run(b, dtype, device) for b in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_run(b, dtype, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_run(v, dtype, device) for k, v in batch.items()}
+    return batch
+
+
+class DMaxProblem:
+    """min over x of  max_{y in Y} phi(x, y; xi)  -  max_{z in Z} psi(x, z; zeta)   (problem (1) of SMAG).
+
+    Parameters
+    ----------
+    phi : callable
+        ``phi(x, y, batch) -> scalar tensor``; ``phi(x, batch)`` when ``y0`` is
+        None (no maximization).  Weakly convex in x, strongly concave in y.
+    psi : callable, optional
+        ``psi(x, z, batch)`` or ``psi(x, batch)`` when ``z0`` is None.  None
+        for the min-max case (Algorithm 3).
+    x0, y0, z0 : tensor, dict of tensors or ``torch.nn.Module``
+        Start points; a module is called through ``torch.func.functional_call``
+        (``phi`` receives a callable that behaves like the module).  ``y0`` is
+        projected onto ``Y`` (``z0`` onto ``Z``) before the run.
+    Y, Z : fullcomp set, optional
+        Constraint sets of the maxima (``fc.L2Ball``, ``fc.Box``, ``fc.Simplex``,
+        ``fc.ConvexSet`` ...) with the shape of ``y0`` (the flat size for a dict
+        or module).  None: unconstrained, so phi must be strongly concave on its
+        own (a ridge term -mu/2 ||y||^2).
+    sampler : callable, optional
+        ``sampler(generator) -> batch``, one batch per iteration shared by phi
+        and psi.  A pair ``(phi_sampler, psi_sampler)`` or ``psi_sampler=``
+        gives psi its own batches.  None: deterministic, every call gets
+        ``full_batch`` (None when not given).
+    full_batch, psi_full_batch : optional
+        Batches on which phi (psi) are exact (the whole data set), used by
+        :func:`fullcomp.stationarity`, the final history row, and as the
+        batch of every iteration when there is no sampler.  ``psi_full_batch``
+        defaults to ``full_batch``.
+    """
+
+    def __init__(
+        self,
+        phi: Callable,
+        psi: Callable | None = None,
+        x0: Any = None,
+        y0: Any = None,
+        z0: Any = None,
+        Y: Set | None = None,
+        Z: Set | None = None,
+        sampler: Sampler | tuple[Sampler, Sampler] | None = None,
+        psi_sampler: Sampler | None = None,
+        full_batch: Any = None,
+        psi_full_batch: Any = None,
+    ):
+        if not callable(phi):
+            raise ModelError(f"phi must be a callable phi(x, y, batch) -> scalar tensor, got {type(phi).__name__}")
+        if psi is not None and not callable(psi):
+            raise ModelError(
+                f"psi must be a callable psi(x, z, batch) -> scalar tensor or None, got {type(psi).__name__}"
+            )
+        if x0 is None:
+            raise ModelError("x0 is required: a tensor, a dict of tensors or a torch.nn.Module to start from")
+        if isinstance(sampler, (tuple, list)):
+            if len(sampler) != 2 or psi_sampler is not None:
+                raise ModelError("sampler must be one callable or a pair (phi_sampler, psi_sampler)")
+            sampler, psi_sampler = sampler
+        for name, s in (("sampler", sampler), ("psi_sampler", psi_sampler)):
+            if s is not None and not callable(s):
+                raise ModelError(f"{name} must be a callable {name}(generator) -> batch, or None")
+        if psi_sampler is not None and psi is None:
+            raise ModelError("psi_sampler is given but psi is None; drop psi_sampler or give psi")
+        if psi_sampler is not None and sampler is None:
+            raise ModelError("psi_sampler is given without sampler; give sampler= for phi's batches too")
+        if psi is None and (z0 is not None or Z is not None):
+            raise ModelError("z0 or Z is given but psi is None; give psi(x, z, batch) or drop z0 and Z")
+
+        self.phi, self.psi = phi, psi
+        self.sampler, self.psi_sampler = sampler, psi_sampler
+        self.full_batch, self.psi_full_batch = full_batch, psi_full_batch
+        self.x = Params(x0, "x0")
+        self.y, self.Y = self._dual(y0, Y, "y0", "Y")
+        self.z, self.Z = self._dual(z0, Z, "z0", "Z")
+        self._check_functions()
+
+    @staticmethod
+    def _dual(value: Any, domain: Set | None, name: str, set_name: str) -> tuple[Params | None, Set | None]:
+        if domain is not None and not isinstance(domain, Set):
+            raise DomainError(
+                f"{set_name} must be a fullcomp set (fc.L2Ball, fc.Box, fc.Simplex, fc.ConvexSet, ...) or None, "
+                f"got {type(domain).__name__}"
+            )
+        if value is None:
+            if domain is not None:
+                raise ModelError(
+                    f"{set_name} is given but {name} is None; pass {name} (e.g. {name}={set_name}.default_point())"
+                )
+            return None, None
+        params = Params(value, name)
+        if domain is not None:
+            fits = params.shapes[0] == domain.shape if params.kind == "tensor" else params.size == domain.size
+            if not fits:
+                have = params.shapes[0] if params.kind == "tensor" else f"{params.size} entries"
+                raise DomainError(
+                    f"{name} has shape {have} but {set_name} has shape {domain.shape}; build {set_name} with the "
+                    f"shape of {name} (e.g. fc.L2Ball({tuple(params.shape)}, r))"
+                )
+        return params, domain
+
+    # -- the problem's parts --------------------------------------------------
+
+    @property
+    def stochastic(self) -> bool:
+        return self.sampler is not None
+
+    @property
+    def separate_samplers(self) -> bool:
+        return self.psi_sampler is not None
+
+    @property
+    def algorithm(self) -> int:
+        """Which of the paper's algorithms applies: 3 (min-max, no psi), 2 (DWC, no maxima) or 1."""
+        if self.psi is None:
+            return 3
+        return 2 if self.y is None and self.z is None else 1
+
+    def sample(self, generator: torch.Generator) -> tuple[Any, Any]:
+        """One batch for phi and one for psi (the same object unless psi has its own sampler).
+
+        Without a sampler the problem is deterministic: both are ``full_batch`` (None if not given).
+        """
+        if self.sampler is None:
+            return self.exact_batches()
+        batch = self.sampler(generator)
+        return batch, (self.psi_sampler(generator) if self.psi_sampler is not None else batch)
+
+    def exact_batches(self, batch: Any = None, psi_batch: Any = None) -> tuple[Any, Any]:
+        """Batches on which phi and psi are exact: the given ones, else ``full_batch`` (None if deterministic)."""
+        if batch is None:
+            batch = self.full_batch
+        if batch is None and self.stochastic:
+            raise ModelError(
+                "phi is stochastic: pass batch= (the whole data set) or DMaxProblem(full_batch=...) to evaluate it"
+            )
+        if psi_batch is None:
+            psi_batch = self.psi_full_batch
+        if psi_batch is None and self.separate_samplers:
+            raise ModelError(
+                "psi has its own sampler: pass psi_batch= or DMaxProblem(psi_full_batch=...) to evaluate it"
+            )
+        return batch, (batch if psi_batch is None else psi_batch)
+
+    def phi_value(self, x: Any, y: Any, batch: Any) -> torch.Tensor:
+        return self.phi(x, batch) if self.y is None else self.phi(x, y, batch)
+
+    def psi_value(self, x: Any, z: Any, batch: Any) -> torch.Tensor:
+        return self.psi(x, batch) if self.z is None else self.psi(x, z, batch)
+
+    def _check_functions(self) -> None:
+        """Evaluate phi and psi once at the start so a malformed function fails here, not mid-run.
+
+        A run casts the variables and the batch to its dtype, which is not known yet: x0's dtype is
+        tried first, then float64 and float32, and only a function failing in all of them is reported.
+        """
+        batches = self.sample(torch.Generator().manual_seed(0))
+        parts = [("phi", self.phi_value, self.y, batches[0], "sampler")]
+        if self.psi is not None:
+            sampler_name = "psi_sampler" if self.separate_samplers else "sampler"
+            parts.append(("psi", self.psi_value, self.z, batches[1], sampler_name))
+        dtypes = list(dict.fromkeys([self.x.dtype, torch.float64, torch.float32]))
+        for name, fn, dual, data, sampler_name in parts:
+            failure = None
+            for dtype in dtypes:
+                try:
+                    with torch.no_grad():
+                        out = fn(
+                            self.x.view(self.x.flat(dtype, "cpu")),
+                            None if dual is None else dual.view(dual.flat(dtype, "cpu")),
+                            to_run(data, dtype, "cpu"),
+                        )
+                    break
+                except Exception as exc:
+                    failure = failure or exc
+            else:
+                raise self._failed(name, dual, data, sampler_name, failure) from failure
+            check_scalar(out, name, "at the start point while building the problem", ModelError)
+
+    def _failed(self, name: str, dual: Params | None, data: Any, sampler_name: str, exc: Exception) -> ModelError:
+        args = "(x, batch)" if dual is None else ("(x, y, batch)" if name == "phi" else "(x, z, batch)")
+        hint = (
+            f" If {name} reads data, give DMaxProblem({sampler_name}=...), a callable generator -> batch"
+            " (or full_batch= for a deterministic problem)."
+            if data is None
+            else ""
+        )
+        receives = f"x as {describe_argument(self.x)}"
+        if dual is not None:
+            receives += f" and {'y' if name == 'phi' else 'z'} as {describe_argument(dual)}"
+        given = "None" if data is None else f"a draw of {sampler_name}"
+        return ModelError(
+            f"{name}{args} raised {type(exc).__name__} at the start point with batch={given}: {exc}."
+            f"{hint} {name} receives {receives}."
+        )
+
+    def __repr__(self) -> str:
+        parts = [f"x: {self.x.size}"]
+        if self.y is not None:
+            parts.append(f"y: {self.y.size}")
+        if self.z is not None:
+            parts.append(f"z: {self.z.size}")
+        return f"DMaxProblem(algorithm {self.algorithm}, {', '.join(parts)}, stochastic={self.stochastic})"
+
+
+def describe_argument(params: Params) -> str:
+    if params.kind == "tensor":
+        return f"a tensor of shape {params.shapes[0]}"
+    if params.kind == "dict":
+        return f"a dict with keys {params.names}"
+    return f"a callable standing for the module {type(params.module).__name__}"
+
+
+def check_scalar(out: Any, name: str, where: str, error: type[Exception]) -> torch.Tensor:
+    """The function's value as a 0-d tensor; ``error`` naming ``where`` if it is not a finite scalar."""
+    if not isinstance(out, torch.Tensor):
+        raise error(f"{name} must return a scalar torch tensor, got {type(out).__name__} {where}")
+    if out.numel() != 1:
+        raise error(
+            f"{name} returned a tensor of shape {tuple(out.shape)} {where}; it must return a scalar "
+            "(reduce the per-sample losses with .mean() or .sum())"
+        )
+    if not out.is_floating_point():
+        raise error(f"{name} returned dtype {out.dtype} {where}; it must return a floating-point scalar")
+    value = float(out.detach().reshape(()))
+    if not math.isfinite(value):
+        raise error(f"{name} returned a non-finite value ({value}) {where}")
+    return out.reshape(())
