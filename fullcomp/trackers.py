@@ -1,11 +1,20 @@
 """Stochastic trackers of the inner map's value and Jacobian, shared by every method.
 
-Each tracker is one update rule on tensors; none modifies its inputs.
+Each tracker is one update rule on tensors; none modifies its inputs.  The
+Jacobian trackers are Polyak momentum (Algorithm 1), STORM (Theorem 3) and the
+Hessian-corrected one (Appendix N), whose correction needs
+:func:`hessian_contraction` at a random point of the last step
+(:func:`segment_point`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 import torch
+from torch.func import jacrev, jvp
 
 
 def polyak(previous: torch.Tensor, sample: torch.Tensor, weight: float) -> torch.Tensor:
@@ -33,3 +42,71 @@ def taylor(
     """
     predicted = previous + jacobian @ (y - y_previous)
     return torch.lerp(predicted, sample, weight)
+
+
+def storm(
+    previous: torch.Tensor, jacobian: torch.Tensor, jacobian_previous: torch.Tensor, weight: float
+) -> torch.Tensor:
+    """STORM Jacobian tracker V_k = J~(y_k; xi_k) + (1 - beta)(V_{k-1} - J~(y_{k-1}; xi_k)) (Theorem 3).
+
+    Both Jacobians use the same sample xi_k, so J~(y_k; xi_k) - J~(y_{k-1}; xi_k)
+    carries the change of the Jacobian along the step with noise O(||y_k - y_{k-1}||)
+    under average smoothness: the Polyak drift L_J D gamma / beta disappears and
+    beta can be as small as gamma.
+    """
+    return jacobian + (1.0 - weight) * (previous - jacobian_previous)
+
+
+def hessian_corrected(
+    previous: torch.Tensor, jacobian: torch.Tensor, correction: torch.Tensor, weight: float
+) -> torch.Tensor:
+    """Hessian-corrected tracker V_k = (1 - beta) V_{k-1} + beta J~(y_k; xi_k) + (1 - beta) H~_k[d_k] (Appendix N).
+
+    ``correction`` is H~(w_k; xi'_k)[d_k] at a random point w_k of the segment
+    [y_{k-1}, y_k], an unbiased estimate of J(y_k) - J(y_{k-1}) (Lemma 18), so it
+    moves the stale V_{k-1} to y_k as STORM does, from one extra sample.
+    """
+    return torch.lerp(previous + correction, jacobian, weight)
+
+
+def segment_point(
+    u: float | np.ndarray, shape: tuple[float, float] = (1.0, 1.0)
+) -> tuple[float | np.ndarray, float | np.ndarray]:
+    """The position alpha of w_k = y_{k-1} + alpha d_k from a uniform draw u, and its weight 1/p(alpha).
+
+    alpha ~ Beta(a, b) by inversion (Beta(1, 1) is the uniform point).  The
+    weight makes E[weight * H(y_{k-1} + alpha d)[d]] = int_0^1 H(y_{k-1} + t d)[d] dt
+    = J(y_k) - J(y_{k-1}) for every (a, b), not only for the uniform law; with
+    a, b <= 1 the density is bounded below on (0, 1), so the weight is bounded
+    and the corrected tracker keeps the moment bound of Lemma 19.  ``u`` may be
+    an array of draws.
+    """
+    a, b = shape
+    if a == 1.0 and b == 1.0:
+        return (float(u), 1.0) if np.ndim(u) == 0 else (np.asarray(u, dtype=float), np.ones(np.shape(u)))
+    from scipy.stats import beta as beta_law
+
+    alpha = beta_law.ppf(u, a, b)
+    weight = 1.0 / beta_law.pdf(alpha, a, b)
+    return (float(alpha), float(weight)) if np.ndim(alpha) == 0 else (alpha, weight)
+
+
+def hessian_contraction(
+    inner: Callable[[torch.Tensor, Any], torch.Tensor],
+    shape: tuple[int, ...],
+    w: torch.Tensor,
+    d: torch.Tensor,
+    batch: Any,
+) -> torch.Tensor:
+    """H~(w; batch)[d] = d/dt J~(w + t d; batch) at t = 0, an (n, len(w)) matrix.
+
+    Forward-over-reverse: a ``torch.func.jvp`` of the ``jacrev`` Jacobian, so the
+    cost is about that of one more Jacobian and no n x d x d Hessian is formed.
+    ``w`` and ``d`` are flat; ``inner`` receives points of ``shape``.
+    """
+
+    def jacobian(x: torch.Tensor) -> torch.Tensor:
+        return jacrev(lambda v: inner(v.reshape(shape), batch))(x)
+
+    _, contraction = jvp(jacobian, (w,), (d,))
+    return contraction.reshape(contraction.shape[0], -1)

@@ -8,16 +8,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullcomp.errors import ModelError, OptionError
+from fullcomp.errors import ModelError, OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle
 from fullcomp.run import Budget, Loop, Result, drive
 from fullcomp.schedules import Schedule, resolve
 from fullcomp.sets.atoms import Entries, combine
-from fullcomp.trackers import polyak, taylor
+from fullcomp.trackers import hessian_contraction, hessian_corrected, polyak, segment_point, storm, taylor
 
 VARIANTS = {"taylor": "taylor", "ii": "taylor", "polyak": "polyak", "i": "polyak"}
+#: Jacobian trackers: Polyak momentum (Algorithm 1), STORM (Theorem 3), Hessian-corrected (Appendix N).
+TRACKERS = ("polyak", "storm", "hessian")
+#: Laws of the point w_k = y_{k-1} + alpha d_k of the Hessian correction, as Beta(a, b) shapes.
+HESSIAN_POINTS = {"uniform": (1.0, 1.0), "beta": (0.5, 0.5)}
 #: Above this many entries the structured path does not rebuild the dense iterate.
 MAX_DENSE = 50_000_000
 
@@ -52,11 +56,15 @@ def hmsfw(
     checkpoint: Any = None,
     clip: float | None = None,
     method: str | None = None,
+    tracker: str = "polyak",
+    hessian_point: str | tuple[float, float] = "uniform",
+    r_f: float | None = None,
+    r_g: float | None = None,
 ) -> Result:
     """Minimize F(f(x), x) over X with tracked values and Jacobians and a GLMO step.
 
     Each iteration k: x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k);
-    one sample at y_{k+1}; V_{k+1} = Polyak(V_k, Jacobian, beta); z_{k+1} by the
+    one sample at y_{k+1}; V_{k+1} by the Jacobian ``tracker`` (Polyak by default); z_{k+1} by the
     Taylor (Variant II, ``variant="taylor"``) or Polyak (Variant I, ``"polyak"``)
     value tracker.
 
@@ -72,8 +80,20 @@ def hmsfw(
     max_pricing : cap on pricing calls per GLMO (the fixed-budget mode); with
         ``glmo_tol`` unset and ``max_pricing`` set, only the cap stops pricing.
     pool : atoms kept warm between column-generation calls.
-    schedule : None (the paper's), "constant" (needs ``iters``), "exact", a
-        :class:`~fullcomp.schedules.Schedule` or a function k -> (gamma, beta, rho).
+    schedule : None (the paper's), "exact", a theory schedule "theorem1", "theorem3",
+        "constant" (these three need ``iters``), "theorem2" or "doubling" (see
+        :mod:`fullcomp.schedules`), a :class:`~fullcomp.schedules.Schedule` or a
+        function k -> (gamma, beta, rho).
+    r_f, r_g : moment orders in (1, 2] of the value and Jacobian noise, read by the
+        theory schedules (default 2, finite variance).
+    tracker : the Jacobian tracker. "polyak" (default, Algorithm 1); "storm"
+        (Theorem 3: V_{k+1} = J~(y_{k+1}; xi) + (1 - beta)(V_k - J~(y_k; xi)), two
+        Jacobians on the same batch); "hessian" (Appendix N: V_{k+1} = (1 - beta) V_k
+        + beta J~(y_{k+1}; xi) + (1 - beta) H~(w; xi')[y_{k+1} - y_k] at a random point
+        w of the step, one extra batch xi' and one forward-over-reverse contraction).
+    hessian_point : law of w = y_k + alpha (y_{k+1} - y_k) for ``tracker="hessian"``:
+        "uniform", "beta" (Beta(1/2, 1/2)) or a Beta shape (a, b) with 0 < a, b <= 1;
+        a non-uniform alpha is reweighted by 1/density so the correction stays unbiased.
     seed : seeds the ``torch.Generator`` handed to the sampler.
     callback : ``callback(iterate) -> dict | None | False`` every ``eval_every``
         iterations, outside optimizer time; a dict is merged into the history row.
@@ -97,10 +117,25 @@ def hmsfw(
     if key not in VARIANTS:
         raise OptionError(f"variant must be 'taylor' (Variant II) or 'polyak' (Variant I), got {variant!r}")
     value_tracker = VARIANTS[key]
+    if tracker not in TRACKERS:
+        raise OptionError(f"tracker must be one of {TRACKERS}, got {tracker!r}")
+    point_shape = HESSIAN_POINTS.get(hessian_point) if isinstance(hessian_point, str) else hessian_point
+    if (
+        not isinstance(point_shape, (tuple, list))
+        or len(point_shape) != 2
+        or not all(isinstance(v, (int, float)) and 0 < v <= 1 for v in point_shape)
+    ):
+        raise OptionError(
+            f"hessian_point must be 'uniform', 'beta' or a Beta shape (a, b) with 0 < a, b <= 1 (so the importance "
+            f"weight 1/density stays bounded), got {hessian_point!r}"
+        )
+    point_shape = (float(point_shape[0]), float(point_shape[1]))
+    if clip is not None and tracker != "polyak":
+        raise OptionError("clip applies to the fresh sampled Jacobian of Clipped SCFW; use it with tracker='polyak'")
     loop = Loop(
         Budget(iters, seconds), callback, eval_every, progress, checkpoint, "gap_estimate", f"hmsfw-{value_tracker}"
     )
-    sched = resolve(schedule, iters=iters, exact=exact)
+    sched = resolve(schedule, iters=iters, exact=exact, variant=value_tracker, tracker=tracker, r_f=r_f, r_g=r_g)
     if exact and problem.stochastic and problem.full_batch is None:
         raise OptionError("exact=True on a stochastic problem needs CompositeProblem(full_batch=...) for the exact f")
     if exact and schedule is None:
@@ -143,6 +178,39 @@ def hmsfw(
             jac = jac * torch.clamp(clip / torch.linalg.norm(jac).clamp_min(1e-300), max=1.0)
         return value, jac
 
+    point_shape_inner = (len(reads),) if reads is not None else domain.shape
+
+    def contraction(w: torch.Tensor, d: torch.Tensor, k: int) -> torch.Tensor:
+        """H~(w; xi')[d] on a fresh batch xi', the Jacobian taken w.r.t. the entries the map reads."""
+        try:
+            out = hessian_contraction(problem.inner, point_shape_inner, w, d, batch())
+        except (RuntimeError, TypeError, ValueError, AttributeError, NotImplementedError) as exc:
+            raise OracleError(
+                f"tracker='hessian' differentiates inner(x, batch) twice (torch.func.jvp of jacrev) and this failed "
+                f"at iteration {k}: {exc}. Use tracker='storm' for maps without forward-mode support"
+            ) from exc
+        if not torch.isfinite(out).all():
+            raise OracleError(f"the Hessian contraction of inner(x, batch) has NaN or Inf entries at iteration {k}")
+        return out.detach().to(dtype)
+
+    def track_jacobian(V: torch.Tensor, y: torch.Tensor, y_next: torch.Tensor, beta: float, k: int):
+        """One sample at y_next; the value and the next Jacobian tracker V_k -> V_{k+1}."""
+        if tracker == "storm":
+            # Both Jacobians on the same batch object: the STORM difference sees one sample.
+            xi = batch()
+            value, jac = oracle(y_next[:n_read], xi, k)
+            _, jac_previous = oracle(y[:n_read], xi, k)
+            return value, storm(V, jac, jac_previous, beta)
+        value, jac = sample_at(y_next, k)
+        if tracker == "polyak":
+            return value, polyak(V, jac, beta)
+        # Hessian correction: the point's draw and the extra batch both come from the run's generator.
+        u = float(torch.rand((), generator=generator, dtype=torch.float64, device=generator.device))
+        alpha, weight = segment_point(u, point_shape)
+        step_read = y_next[:n_read] - y[:n_read]
+        correction = weight * contraction(y[:n_read] + alpha * step_read, step_read, k)
+        return value, hessian_corrected(V, jac, correction, beta)
+
     # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
     y0 = tensor(y0)
     value, jac = sample_at(y0, 0)
@@ -183,8 +251,7 @@ def hmsfw(
             x = tensor(np.concatenate([res.x, sum(w * a.at(track) for w, a in zip(res.weights, res.atoms))]))
             atoms = blend_atoms(state["atoms"], res, gamma)
         y_next = y + gamma * (x - y)
-        value, jac = sample_at(y_next, k + 1)
-        V = polyak(state["V"], jac, beta)
+        value, V = track_jacobian(state["V"], y, y_next, beta, k + 1)
         if value_tracker == "taylor":
             z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho)
         else:
@@ -215,10 +282,13 @@ def hmsfw(
         )
 
     info = {
-        "method": method or ("hmsfw-exact" if exact else f"hmsfw-{'ii' if value_tracker == 'taylor' else 'i'}"),
+        "method": method
+        or ("hmsfw-exact" if exact else f"hmsfw-{'ii' if value_tracker == 'taylor' else 'i'}")
+        + ("" if tracker == "polyak" else f"-{tracker}"),
         "variant": value_tracker,
         "glmo_route": solver.route,
         "schedule": sched.name,
+        "tracker": tracker,
         "seed": seed,
         "device": str(device),
         "dtype": str(dtype),
