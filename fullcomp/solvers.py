@@ -46,7 +46,3 @@ def solve(problem: cp.Problem, what: str, *, solvers: tuple[str, ...] | None = N
         f"{what} could not be solved ({'; '.join(statuses)}). "
         "Check that the set is non-empty and bounded and that the data are finite."
     )
-
-
-def final_status(problem: cp.Problem) -> str:
-    return str(problem.status)

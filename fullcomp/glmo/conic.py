@@ -80,7 +80,8 @@ class ConicGLMO:
         return GLMOResult(x if entries is self._all else x_read, value, gap, 1, [DenseAtom(x)], np.ones(1))
 
     def state_dict(self) -> dict:
+        """Nothing to checkpoint: each conic solve starts from scratch."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """The conic route keeps no state between calls."""
