@@ -17,8 +17,9 @@ For every method the script prints the least-squares slope of log(mean error
 over seeds) against log K with a 95% bootstrap interval over seeds, next to the
 exponent the theory gives, and saves a log-log plot.
 
-    python benchmarks/rates.py --quick            # about 3 minutes on 2 cores
-    python benchmarks/rates.py --jobs 2           # the numbers in docs/theory-checks.md
+    python benchmarks/rates.py --quick --jobs 2                           # about 1.5 minutes on 2 cores
+    python benchmarks/rates.py --jobs 2 --json docs/theory-checks.json    # docs/theory-checks.md, about 15 minutes
+    python benchmarks/rates.py --replot docs/theory-checks.json           # table and plot again, no runs
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ def plot(results: dict[str, np.ndarray], grids: dict[str, np.ndarray], path: Pat
         ax.legend(fontsize=7)
     fig.suptitle("HMSFW measured rates (dashed: the theorem's exponent; fitted slope in parentheses)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=100)
 
 
 def report(results: dict[str, dict], plot_path: Path | None) -> None:
