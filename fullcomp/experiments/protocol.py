@@ -60,185 +60,78 @@ OBJECTIVE_LABELS = {"max": "Max", "cvar": "CVaR0.3"}
 #: Tag written into every run's summary.json, so tables() never mixes in other run folders.
 PROTOCOL_TAG = "movielens"
 
-Runner = Callable[..., Result]
-
-
 # ---------------------------------------------------------------------------------------------- methods
-
-
-def _hmsfw_runner(name: str, variant: str, fixed_budget: bool) -> Runner:
-    def run(
-        problem: CompositeProblem,
-        settings: dict[str, Any],
-        seed: int,
-        seconds: float | None,
-        callback: Callable | None,
-        *,
-        iters: int | None = None,
-        eval_every: int | None = None,
-        progress: bool = False,
-    ) -> Result:
-        options: dict[str, Any] = {"pool": settings["pool"]}
-        if fixed_budget:
-            # glmo_tol=None with max_pricing set: only the cap on pricing calls stops the GLMO (no certificate).
-            options.update(max_pricing=settings["max_pricing"], glmo_tol=None)
-        return hmsfw(
-            problem,
-            variant=variant,
-            iters=iters,
-            seconds=seconds,
-            seed=seed,
-            callback=callback,
-            eval_every=eval_every,
-            progress=progress,
-            method=name,
-            **options,
-        )
-
-    run.__name__ = f"run_{name.replace('-', '_')}"
-    glmo = "a fixed pricing budget" if fixed_budget else "a certified GLMO"
-    run.__doc__ = f"{name}: fc.hmsfw(variant={variant!r}) with {glmo}."
-    return run
-
-
-def _scfw_runner(clipped: bool) -> Runner:
-    def run(
-        problem: CompositeProblem,
-        settings: dict[str, Any],
-        seed: int,
-        seconds: float | None,
-        callback: Callable | None,
-        *,
-        iters: int | None = None,
-        eval_every: int | None = None,
-        progress: bool = False,
-    ) -> Result:
-        return scfw(
-            problem,
-            clip=settings["clip"] if clipped else None,
-            pool=settings["pool"],
-            iters=iters,
-            seconds=seconds,
-            seed=seed,
-            callback=callback,
-            eval_every=eval_every,
-            progress=progress,
-        )
-
-    run.__name__ = "run_clipped_scfw" if clipped else "run_scfw"
-    run.__doc__ = f"{'Clipped' if clipped else 'Vanilla'} SCFW: fc.scfw with the certified GLMO, beta = rho = 1."
-    return run
-
-
-def run_psg(
-    problem: CompositeProblem,
-    settings: dict[str, Any],
-    seed: int,
-    seconds: float | None,
-    callback: Callable | None,
-    *,
-    iters: int | None = None,
-    eval_every: int | None = None,
-    progress: bool = False,
-) -> Result:
-    """PSG: constant step ``eta`` on the tracked model, nuclear-ball projection (Appendix A.3)."""
-    return psg(
-        problem,
-        eta=settings["eta"],
-        step="constant",
-        iters=iters,
-        seconds=seconds,
-        seed=seed,
-        callback=callback,
-        eval_every=eval_every,
-        progress=progress,
-    )
-
-
-def run_prox_linear(
-    problem: CompositeProblem,
-    settings: dict[str, Any],
-    seed: int,
-    seconds: float | None,
-    callback: Callable | None,
-    *,
-    iters: int | None = None,
-    eval_every: int | None = None,
-    progress: bool = False,
-) -> Result:
-    """Prox-linear: tracked affine model plus (M/2)||x - x_k||^2, ``inner_iters`` inner iterations, full step."""
-    return prox_linear(
-        problem,
-        M=settings["M"],
-        inner_iters=settings["inner_iters"],
-        iters=iters,
-        seconds=seconds,
-        seed=seed,
-        callback=callback,
-        eval_every=eval_every,
-        progress=progress,
-    )
-
-
-def run_linasa_icg(
-    problem: CompositeProblem,
-    settings: dict[str, Any],
-    seed: int,
-    seconds: float | None,
-    callback: Callable | None,
-    *,
-    iters: int | None = None,
-    eval_every: int | None = None,
-    progress: bool = False,
-) -> Result:
-    """LiNASA+ICG on the smoothed outer function (smoothing ``mu``, ICG ``beta``, horizon N, ICG gap ``delta``)."""
-    return linasa_icg(
-        problem,
-        mu=settings["mu"],
-        beta=settings["beta"],
-        horizon=settings["horizon"],
-        delta=settings["delta"],
-        smoothing=settings["smoothing"],
-        icg_steps=settings["icg_steps"],
-        iters=iters,
-        seconds=seconds,
-        seed=seed,
-        callback=callback,
-        eval_every=eval_every,
-        progress=progress,
-    )
 
 
 @dataclass(frozen=True)
 class Method:
-    """One compared method: its protocol name, the paper's label, the runner and the settings it reads."""
+    """One compared method: its protocol name, the paper's label, the solver, the options it fixes and the
+    settings keys it reads from the configuration (passed to the solver under the same names)."""
 
     name: str
     label: str
-    run: Runner
+    solver: Callable[..., Result]
+    fixed: dict[str, Any]
     keys: tuple[str, ...]
     fixed_budget: bool = False
 
+    def run(
+        self,
+        problem: CompositeProblem,
+        settings: dict[str, Any],
+        seed: int,
+        seconds: float | None,
+        callback: Callable | None,
+        *,
+        iters: int | None = None,
+        eval_every: int | None = None,
+        progress: bool = False,
+    ) -> Result:
+        """Run the solver with the fixed options and the settings it reads, under the protocol's budget."""
+        options = {**self.fixed, **{key: settings[key] for key in self.keys}}
+        return self.solver(
+            problem,
+            iters=iters,
+            seconds=seconds,
+            seed=seed,
+            callback=callback,
+            eval_every=eval_every,
+            progress=progress,
+            **options,
+        )
+
+
+# Fixed-budget HMSFW: glmo_tol=None with max_pricing set, so only the cap on pricing calls stops the GLMO.
+_FB = {"glmo_tol": None}
 
 #: The nine methods in the paper's table order.
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("hmsfw-i", "HMSFW I", _hmsfw_runner("hmsfw-i", "polyak", False), ("pool",)),
-        Method("hmsfw-i-fb", "HMSFW I FB", _hmsfw_runner("hmsfw-i-fb", "polyak", True), ("max_pricing", "pool"), True),
-        Method("hmsfw-ii", "HMSFW II", _hmsfw_runner("hmsfw-ii", "taylor", False), ("pool",)),
+        Method("hmsfw-i", "HMSFW I", hmsfw, {"variant": "polyak", "method": "hmsfw-i"}, ("pool",)),
         Method(
-            "hmsfw-ii-fb", "HMSFW II FB", _hmsfw_runner("hmsfw-ii-fb", "taylor", True), ("max_pricing", "pool"), True
+            "hmsfw-i-fb",
+            "HMSFW I FB",
+            hmsfw,
+            {"variant": "polyak", "method": "hmsfw-i-fb", **_FB},
+            ("max_pricing", "pool"),
+            True,
         ),
-        Method("scfw", "Vanilla SCFW", _scfw_runner(False), ("pool",)),
-        Method("clipped-scfw", "Clipped SCFW", _scfw_runner(True), ("clip", "pool")),
-        Method("psg", "PSG", run_psg, ("eta",)),
-        Method("prox-linear", "Prox-linear", run_prox_linear, ("M", "inner_iters")),
+        Method("hmsfw-ii", "HMSFW II", hmsfw, {"variant": "taylor", "method": "hmsfw-ii"}, ("pool",)),
         Method(
-            "linasa-icg",
-            "LiNASA+ICG",
-            run_linasa_icg,
-            ("mu", "beta", "horizon", "delta", "smoothing", "icg_steps"),
+            "hmsfw-ii-fb",
+            "HMSFW II FB",
+            hmsfw,
+            {"variant": "taylor", "method": "hmsfw-ii-fb", **_FB},
+            ("max_pricing", "pool"),
+            True,
+        ),
+        Method("scfw", "Vanilla SCFW", scfw, {}, ("pool",)),
+        Method("clipped-scfw", "Clipped SCFW", scfw, {}, ("clip", "pool")),
+        Method("psg", "PSG", psg, {"step": "constant"}, ("eta",)),
+        Method("prox-linear", "Prox-linear", prox_linear, {}, ("M", "inner_iters")),
+        Method(
+            "linasa-icg", "LiNASA+ICG", linasa_icg, {}, ("mu", "beta", "horizon", "delta", "smoothing", "icg_steps")
         ),
     )
 }
