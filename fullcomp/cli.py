@@ -10,6 +10,7 @@ line and exit code 1, option errors are argparse's (exit code 2).
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import os
 import sys
@@ -257,14 +258,16 @@ def report_command(args: argparse.Namespace, rest: list[str], parser: argparse.A
     if args.plot:
         for path in report.plot(runs, args.folder):
             print(f"saved {path}")
-    if any(run.summary.get("protocol") == "movielens" for run in runs):
+    protocols = {run.summary.get("protocol") for run in runs}
+    for name in EXPERIMENTS:
+        module = experiment_module(name)
+        if module.PROTOCOL not in protocols:
+            continue
         # Protocol folders also get the paper's aggregated tables and SD-band curves.
-        from fullcomp.experiments.protocol import plots, tables
-
-        written = tables(args.folder)
+        written = module.tables(args.folder)
         print(f"wrote {written.csv} and {written.markdown}")
         if args.plot:
-            for path in plots(args.folder):
+            for path in module.plots(args.folder):
                 print(f"saved {path}")
     return 0
 
@@ -272,25 +275,33 @@ def report_command(args: argparse.Namespace, rest: list[str], parser: argparse.A
 # --------------------------------------------------------------------------- bench
 
 
-def configure_bench(parser: argparse.ArgumentParser) -> None:
-    from fullcomp.experiments.protocol import add_movielens_arguments
+#: experiment -> (help, module); the module defines ``add_arguments(parser)`` and
+#: ``run_from_args(args) -> int``, and, for ``fullcomp report``, ``PROTOCOL`` (the
+#: ``protocol`` value its run summaries carry), ``tables(folder)`` and ``plots(folder)``.
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "movielens": (
+        "group-robust matrix completion (HMSFW paper, Section 6): every method, seeds, optimizer-time budget",
+        "fullcomp.experiments.protocol",
+    ),
+}
 
+
+def experiment_module(name: str) -> Any:
+    return importlib.import_module(EXPERIMENTS[name][1])
+
+
+def configure_bench(parser: argparse.ArgumentParser) -> None:
     targets = parser.add_subparsers(dest="target", metavar="EXPERIMENT", required=True)
-    movielens = targets.add_parser(
-        "movielens",
-        help="group-robust matrix completion (HMSFW paper, Section 6): every method, seeds, optimizer-time budget",
-        allow_abbrev=False,
-    )
-    add_movielens_arguments(movielens)
+    for name, (help_text, _) in EXPERIMENTS.items():
+        sub = targets.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
+        experiment_module(name).add_arguments(sub)
 
 
 def bench_command(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     """``fullcomp bench EXPERIMENT``: run a paper protocol, then write its tables and plots."""
-    from fullcomp.experiments.protocol import run_movielens_from_args
-
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return run_movielens_from_args(args)
+    return experiment_module(args.target).run_from_args(args)
 
 
 # -------------------------------------------------------------------------- main

@@ -232,7 +232,7 @@ def test_tuning_writes_the_config_that_bench_reads(tmp_path):
 
 def test_cli_helpers_run_tables_and_plots(tmp_path, capsys):
     parser = argparse.ArgumentParser(prog="fullcomp bench movielens")
-    protocol.add_movielens_arguments(parser)
+    protocol.add_arguments(parser)
     config = tmp_path / "tiny.json"
     protocol.load_config(tiny_config()).save(config)
     args = parser.parse_args(
@@ -241,7 +241,7 @@ def test_cli_helpers_run_tables_and_plots(tmp_path, capsys):
          "--synthetic-ratings", "900", "--synthetic-seed", "3", "--no-progress", "--no-save-x"]
     )  # fmt: skip
     assert args.seeds == [5, 6] and args.methods == ["psg"] and args.synthetic_shape == (40, 30)
-    assert protocol.run_movielens_from_args(args) == 0
+    assert protocol.run_from_args(args) == 0
     text = capsys.readouterr().out
     assert "cvar/psg/seed5: 3 updates" in text and "tables.md" in text and "curves.png" in text
     assert (tmp_path / "out" / "cvar" / "curves.png").is_file()

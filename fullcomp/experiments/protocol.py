@@ -58,7 +58,7 @@ RADIUS_SCALES = (0.5, 1.0, 2.0, 4.0)
 BATCH = 1024
 OBJECTIVE_LABELS = {"max": "Max", "cvar": "CVaR0.3"}
 #: Tag written into every run's summary.json, so tables() never mixes in other run folders.
-PROTOCOL_TAG = "movielens"
+PROTOCOL = "movielens"
 
 # ---------------------------------------------------------------------------------------------- methods
 
@@ -308,7 +308,7 @@ def run_method(
     # budget was discarded, and its time is in info["optimizer_seconds"] but not in this figure.
     accepted = float(result.history[-1]["time"]) if len(result.history) else math.nan
     result.info.update(
-        protocol=PROTOCOL_TAG,
+        protocol=PROTOCOL,
         method=method,
         label=spec.label,
         objective=completion.objective,
@@ -511,7 +511,7 @@ def find_protocol_runs(out_dir: str | os.PathLike) -> list[ProtocolRun]:
             summary = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise OptionError(f"cannot read {path}: {exc}") from None
-        if summary.get("protocol") != PROTOCOL_TAG or not path.with_name("history.csv").is_file():
+        if summary.get("protocol") != PROTOCOL or not path.with_name("history.csv").is_file():
             continue
         runs.append(ProtocolRun(path.parent, summary, History.read_csv(path.with_name("history.csv"))))
     if not runs:
@@ -987,8 +987,8 @@ def _shape(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def add_movielens_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``fullcomp bench movielens`` (see :func:`run_movielens_from_args`)."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``fullcomp bench movielens`` (see :func:`run_from_args`)."""
     parser.add_argument(
         "--data",
         help="MovieLens folder (u.data + u.user, or ratings.dat + users.dat); "
@@ -1033,8 +1033,8 @@ def add_movielens_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
-def run_movielens_from_args(args: argparse.Namespace) -> int:
-    """Run :func:`bench_movielens` from parsed :func:`add_movielens_arguments` options, then write the
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run :func:`bench_movielens` from parsed :func:`add_arguments` options, then write the
     tables and plots; prints one line per run and the files written.  Returns the exit code (0)."""
     synthetic = None
     if args.data is None:
@@ -1078,7 +1078,7 @@ __all__ = [
     "load_config",
     "run_method",
     "summarize",
-    "add_movielens_arguments",
-    "run_movielens_from_args",
+    "add_arguments",
+    "run_from_args",
     "parse_seeds",
 ]
