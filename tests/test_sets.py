@@ -14,7 +14,7 @@ import scipy.sparse.linalg
 import torch
 
 import fullcomp as fc
-from fullcomp.sets import balls
+from fullcomp.sets import lanczos
 
 BOX_LO = np.array([-1.0, -0.2, 0.3, -2.0, 0.0])
 BOX_HI = np.array([0.5, 0.9, 0.3, -1.0, 2.0])  # one degenerate coordinate (lower == upper)
@@ -220,9 +220,9 @@ def test_convexset_diameter_is_an_upper_bound(name):
 
 @pytest.fixture
 def no_full_svd(monkeypatch):
-    """Make every full SVD fail and record the svds calls of the LMO."""
+    """Make every full SVD fail and record the ARPACK fallback calls of the LMO."""
     calls = []
-    real_svds = balls.spla.svds
+    real_svds = lanczos.spla.svds
 
     def forbidden(*args, **kwargs):
         raise AssertionError("NuclearBall.lmo computed a full SVD")
@@ -233,7 +233,7 @@ def no_full_svd(monkeypatch):
 
     monkeypatch.setattr(np.linalg, "svd", forbidden)
     monkeypatch.setattr(scipy.linalg, "svd", forbidden)
-    monkeypatch.setattr(balls.spla, "svds", spy)
+    monkeypatch.setattr(lanczos.spla, "svds", spy)
     return calls
 
 
@@ -264,8 +264,35 @@ def test_nuclear_lmo_uses_top_pair_only(kind, no_full_svd):
     # optimal: <d, s> = -radius * sigma_max(d), and s is a rank-one matrix of nuclear norm = radius
     assert float(np.sum(d * s)) == pytest.approx(-2.5 * TOP_SIGMA[kind], rel=1e-8)
     assert np.linalg.norm(s) == pytest.approx(2.5, rel=1e-8)  # rank one: Frobenius = nuclear norm
-    if min(d.shape) > 1:
-        assert no_full_svd == [1]
+    assert no_full_svd == []  # Lanczos converged without the ARPACK fallback
+
+
+@pytest.mark.parametrize("shape", [(30, 50), (50, 30)])
+def test_lanczos_top_pair_matches_dense_svd_on_sparse_patterns(shape):
+    rng = np.random.default_rng(3)
+    rows, cols = np.nonzero(rng.random(shape) < 0.2)
+    pattern = lanczos.SparsePattern(rows, cols, shape)
+    start = None
+    for _ in range(3):
+        values = rng.standard_normal(rows.size)
+        d, d_t = pattern.fill(values)
+        dense = np.zeros(shape)
+        dense[rows, cols] = values
+        assert np.array_equal(d.toarray(), dense) and np.array_equal(d_t.toarray(), dense.T)
+        u, sigma, v = fc.NuclearBall(shape).top_singular_pair(d, start, d_t)
+        assert sigma == pytest.approx(np.linalg.svd(dense, compute_uv=False)[0], rel=1e-9)
+        np.testing.assert_allclose(dense @ v, sigma * u, atol=1e-4 * sigma)  # vectors to ~tol, values to ~tol^2
+        start = u if shape[0] <= shape[1] else v  # warm start the next, different direction
+
+
+def test_lanczos_zero_matrix_and_start_outside_the_range():
+    u, sigma, v = lanczos.top_singular_pair(np.zeros((4, 6)))
+    assert sigma == 0.0 and not np.any(v)
+    d = np.zeros((4, 6))
+    d[0, 0], d[1, 2] = 3.0, 1.0
+    # the start spans only rows d does not touch: d^T start = 0
+    u, sigma, _ = lanczos.top_singular_pair(d, start=np.array([0.0, 0.0, 1.0, 1.0]))
+    assert sigma == pytest.approx(3.0, rel=1e-12)
 
 
 def test_nuclear_lmo_zero_direction_and_torch(no_full_svd):

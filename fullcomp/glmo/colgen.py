@@ -10,6 +10,7 @@ import numpy as np
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol
+from fullcomp.glmo.master import ConicMaster
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
 from fullcomp.sets.base import Set
@@ -46,6 +47,7 @@ class ColumnGenerationGLMO:
         self.lam = cp.Variable(slots, nonneg=True, name="weights")
         self.link = outer.u == self.c + self.images @ self.lam
         self.problem = cp.Problem(cp.Minimize(outer.expr), [self.link, cp.sum(self.lam) == 1, self.lam <= self.mask])
+        self.master = ConicMaster(outer)
         self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
@@ -89,11 +91,7 @@ class ColumnGenerationGLMO:
             values = start.at(entries)
             self._add(start, values, Vm @ values, images)
         while True:
-            self.images.value, self.mask.value = images, self.active.astype(float)
-            solvers.solve(self.problem, "column-generation master")
-            lam = np.where(self.active, np.clip(self.lam.value, 0.0, None), 0.0)
-            lam /= lam.sum()
-            self.q = -np.asarray(self.link.dual_value, dtype=np.float64)  # CVXPY's sign: u - (...) == 0
+            lam = self._master(c, images)
             model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
             value = self.outer.value(c + model_x)
             # Certificate <V^T q, x - s> with s = lmo(V^T q), written through images to avoid forming x.
@@ -114,6 +112,22 @@ class ColumnGenerationGLMO:
         if entries is self._all:
             x = x.reshape(self.domain.shape)
         return GLMOResult(x, value, gap, calls, [self.atoms[j] for j in used], lam[used])
+
+    def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
+        """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""
+        active = np.flatnonzero(self.active)
+        solution = self.master.solve(c, images[:, active])
+        lam = np.zeros(self.active.size)
+        if solution is not None:
+            lam[active], self.q = solution.weights, solution.q
+        else:
+            # Clarabel called directly did not converge: the CVXPY program also tries SCS.
+            self.images.value, self.mask.value = images, self.active.astype(float)
+            solvers.solve(self.problem, "column-generation master")
+            lam[active] = self.lam.value[active]
+            self.q = -np.asarray(self.link.dual_value, dtype=np.float64)  # CVXPY's sign: u - (...) == 0
+        lam = np.clip(lam, 0.0, None)
+        return lam / lam.sum()
 
     def _cache_values(self, entries: Entries) -> None:
         """Keep every pooled atom's values at ``entries``: atoms persist across calls, entries do not change."""
