@@ -78,7 +78,8 @@ def test_every_method_runs_and_lowers_the_training_objective(runs):
     assert len(starts) == 1
 
 
-def test_budget_excludes_evaluation(monkeypatch, tmp_path):
+@pytest.mark.parametrize("clock_name", ["cpu", "wall"])
+def test_budget_excludes_evaluation(monkeypatch, tmp_path, clock_name):
     import fullcomp.run.budget as budget
 
     clock = {"now": 0.0}
@@ -93,16 +94,16 @@ def test_budget_excludes_evaluation(monkeypatch, tmp_path):
         clock["now"] += 100.0  # an evaluation that would exhaust the budget if it were counted
         return evaluate(self, it)
 
-    monkeypatch.setattr(budget.time, "perf_counter", fake_perf_counter)
+    monkeypatch.setattr(budget.time, budget.CLOCKS[clock_name], fake_perf_counter)
     monkeypatch.setattr(Completion, "evaluate", slow_evaluate)
     ex.bench_movielens(
         None, "max", 0.02, [0], ["psg", "hmsfw-ii-fb"], tmp_path, eval_every=1, batch=BATCH, synthetic=SYNTHETIC,
-        config=tiny_config(), iters=200, save_x=False,
+        config=tiny_config(), iters=200, save_x=False, clock=clock_name,
     )  # fmt: skip
     for method in ("psg", "hmsfw-ii-fb"):
         folder = tmp_path / "max" / method / "seed0"
         summary = json.loads((folder / "summary.json").read_text())
-        assert summary["stopped"] == "seconds"
+        assert summary["stopped"] == "seconds" and summary["clock"] == clock_name
         assert summary["accepted_updates"] >= 2
         assert summary["seconds_per_update"] <= 0.02
         times = history(folder).column("time")
@@ -110,6 +111,22 @@ def test_budget_excludes_evaluation(monkeypatch, tmp_path):
         assert not (folder / "x.npy").exists()
         # Every recorded state was evaluated, each evaluation costing 100 fake seconds outside the budget.
         assert np.isfinite(history(folder).column("test_worst")).all()
+
+
+def test_bench_resumes_finished_runs_and_reruns_changed_ones(tmp_path, monkeypatch):
+    common = dict(iters=2, batch=BATCH, synthetic=SYNTHETIC, config=tiny_config(), save_x=False)
+    ex.bench_movielens(None, "max", None, [0], ["psg"], tmp_path, **common)
+    calls = []
+    real = protocol.run_method
+    monkeypatch.setattr(protocol, "run_method", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    lines = []
+    ex.bench_movielens(None, "max", None, [0, 1], ["psg"], tmp_path, log=lines.append, **common)
+    assert calls == ["psg"] and any("kept the finished run" in line for line in lines)  # only seed 1 ran
+    ex.bench_movielens(None, "max", None, [0], ["psg"], tmp_path, **{**common, "iters": 3})
+    assert calls == ["psg", "psg"]  # a different budget is not the same run
+    assert json.loads((tmp_path / "max" / "psg" / "seed0" / "summary.json").read_text())["accepted_updates"] == 3
+    ex.bench_movielens(None, "max", None, [0], ["psg"], tmp_path, resume=False, **{**common, "iters": 3})
+    assert calls == ["psg", "psg", "psg"]
 
 
 def test_tables_have_the_papers_columns(runs):

@@ -49,6 +49,7 @@ from fullcomp.experiments.completion import OBJECTIVES, Completion, base_radius,
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.run import History, Result, write_atomic
+from fullcomp.run.budget import clock as budget_clock
 
 #: The committed, frozen method settings and radius scales.
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "movielens.json"
@@ -56,6 +57,7 @@ FINAL_SEEDS = (2000, 2001, 2002, 2003, 2004)
 TUNING_SEEDS = (1000, 1001)
 RADIUS_SCALES = (0.5, 1.0, 2.0, 4.0)
 BATCH = 1024
+CLOCK = "cpu"  # optimizer seconds = CPU seconds of the single-threaded run (see run_method)
 OBJECTIVE_LABELS = {"max": "Max", "cvar": "CVaR0.3"}
 #: Tag written into every run's summary.json, so tables() never mixes in other run folders.
 PROTOCOL = "movielens"
@@ -277,30 +279,40 @@ def run_method(
     iters: int | None = None,
     eval_every: int | None = 5,
     progress: bool = False,
+    clock: str = CLOCK,
 ) -> Result:
     """One protocol run: ``method`` on ``completion.problem`` with ``completion.evaluate`` as the callback.
 
     The evaluation (train/val/test group losses and the training objective) is
     recorded every ``eval_every`` updates and at the final state, outside
-    optimizer time.  ``result.info`` gains the protocol fields that
-    :func:`tables` reads (objective, settings, radius, data, accepted updates,
-    seconds per accepted update).
+    optimizer time.  The run is single-threaded (torch and BLAS) and, with
+    ``clock="cpu"`` (the default), optimizer seconds are this process's CPU
+    seconds, so budgets mean the same on a busy shared machine as on an idle
+    one; ``clock="wall"`` measures elapsed time instead.  ``result.info`` gains
+    the protocol fields that :func:`tables` reads (objective, settings, radius,
+    data, accepted updates, seconds per accepted update).
     """
     if seconds is None and iters is None:
         raise OptionError("give a budget: seconds (optimizer seconds) and/or iters (an update cap)")
     settings = check_settings(method, settings)
     spec = METHODS[method]
     wall = time.perf_counter()
-    result = spec.run(
-        completion.problem,
-        settings,
-        seed,
-        seconds,
-        completion.evaluate,
-        iters=iters,
-        eval_every=eval_every,
-        progress=progress,
-    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with budget_clock(clock):
+            result = spec.run(
+                completion.problem,
+                settings,
+                seed,
+                seconds,
+                completion.evaluate,
+                iters=iters,
+                eval_every=eval_every,
+                progress=progress,
+            )
+    finally:
+        torch.set_num_threads(threads)
     wall = time.perf_counter() - wall
     data = completion.data
     updates = int(result.info["iterations"])
@@ -327,7 +339,7 @@ def run_method(
         accepted_seconds=accepted,
         seconds_per_update=accepted / updates if updates else math.nan,
         wall_seconds=wall,
-        torch_threads=torch.get_num_threads(),
+        torch_threads=1,
     )
     return result
 
@@ -382,6 +394,8 @@ def bench_movielens(
     synthetic: dict[str, Any] | None = None,
     cache: bool | str | os.PathLike = True,
     save_x: bool = True,
+    clock: str = CLOCK,
+    resume: bool = True,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> list[Path]:
@@ -404,6 +418,9 @@ def bench_movielens(
     synthetic : ``synthetic_ratings`` options when ``data_dir`` is None (default: MovieLens-100K's size).
     cache : where the MovieLens split is saved (see :func:`fullcomp.datasets.movielens`).
     save_x : write the dense final iterate x.npy (P Q floats per run: 13 MB for 100K, 180 MB for 1M).
+    clock : "cpu" (default: optimizer seconds are the single-threaded run's CPU seconds, unaffected by
+        other work on the machine) or "wall" (elapsed seconds, as the paper measured on a dedicated GPU).
+    resume : keep run folders already finished with the same options instead of running them again.
     progress, log : tqdm bars per run; ``log(line)`` receives one line per finished run.
 
     Returns the run folders, in run order.  The data is loaded once; the problem is
@@ -427,6 +444,21 @@ def bench_movielens(
             settings = cfg.settings_for(obj, name)
             completion = completion_problem(data, obj, scale, batch=batch, structured=True)
             for seed in seed_list:
+                folder = out / obj / name / f"seed{seed}"
+                wanted = {
+                    "budget_seconds": budget_seconds,
+                    "budget_iters": iters,
+                    "settings": settings,
+                    "radius_scale": scale,
+                    "data": data.label,
+                    "clock": clock,
+                    "eval_every": eval_every,
+                }
+                if resume and _finished(folder, wanted):
+                    # Interrupted protocols resume: a run saved with the same options is not repeated.
+                    _log(log, f"{obj}/{name}/seed{seed}: kept the finished run in {folder}")
+                    folders.append(folder)
+                    continue
                 result = run_method(
                     name,
                     completion,
@@ -436,8 +468,9 @@ def bench_movielens(
                     iters=iters,
                     eval_every=eval_every,
                     progress=progress,
+                    clock=clock,
                 )
-                folder = save_run(result, out / obj / name / f"seed{seed}", save_x)
+                folder = save_run(result, folder, save_x)
                 folders.append(folder)
                 last = result.history[-1]
                 _log(
@@ -447,6 +480,25 @@ def bench_movielens(
                     f"{last.get('train_objective', math.nan):.4f}, test worst {last.get('test_worst', math.nan):.4f}",
                 )
     return folders
+
+
+def _finished(folder: Path, wanted: dict[str, Any]) -> bool:
+    """Whether ``folder`` holds a complete run made with the ``wanted`` summary fields."""
+    path = folder / "summary.json"
+    if not (path.is_file() and (folder / "history.csv").is_file()):
+        return False
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    for key, value in wanted.items():
+        saved = info.get(key)
+        if isinstance(value, float) and isinstance(saved, (int, float)):
+            if not math.isclose(value, saved, rel_tol=1e-12):
+                return False
+        elif json.loads(json.dumps(value, default=str)) != saved:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- tables
@@ -1030,6 +1082,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--synthetic-ratings", type=_arg(_positive(int)), default=100_000, help="default 100000")
     parser.add_argument("--synthetic-seed", type=int, default=0, help="default 0")
     parser.add_argument("--no-save-x", action="store_true", help="do not write the dense final iterate x.npy")
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default=CLOCK,
+        help="optimizer seconds as CPU seconds of the single-threaded run (default) or elapsed seconds",
+    )
+    parser.add_argument("--fresh", action="store_true", help="rerun runs already finished in --out")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -1053,6 +1112,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         batch=args.batch,
         synthetic=synthetic,
         save_x=not args.no_save_x,
+        clock=args.clock,
+        resume=not args.fresh,
         progress=not args.no_progress,
         log=lambda line: print(line, flush=True),
     )

@@ -1,9 +1,20 @@
 """Running: budgets, histories, results, checkpoints and the shared loop."""
 
-from fullcomp.run.budget import Budget, Stopwatch
+from fullcomp.run.budget import Budget, Stopwatch, clock
 from fullcomp.run.checkpoint import Checkpoint
 from fullcomp.run.driver import Iterate, Loop, drive
 from fullcomp.run.history import History, write_atomic
 from fullcomp.run.result import Result
 
-__all__ = ["Budget", "Stopwatch", "Checkpoint", "Iterate", "Loop", "drive", "History", "Result", "write_atomic"]
+__all__ = [
+    "Budget",
+    "Stopwatch",
+    "clock",
+    "Checkpoint",
+    "Iterate",
+    "Loop",
+    "drive",
+    "History",
+    "Result",
+    "write_atomic",
+]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,17 +36,41 @@ class Budget:
         return self.seconds is not None and elapsed > self.seconds
 
 
+#: clock name -> function of the time module; "wall" is elapsed time, "cpu" this process's CPU time (all threads).
+CLOCKS = {"wall": "perf_counter", "cpu": "process_time"}
+_default_clock = "wall"
+
+
+@contextlib.contextmanager
+def clock(name: str) -> Iterator[None]:
+    """Measure optimizer seconds with clock ``name`` inside the block: ``"wall"`` (the default) or ``"cpu"``.
+
+    CPU time makes a seconds budget independent of other work on a shared machine, as long as the run
+    is single-threaded (``torch.set_num_threads(1)``); with several threads it counts each thread's time.
+    """
+    global _default_clock
+    if name not in CLOCKS:
+        raise OptionError(f"clock must be one of {tuple(CLOCKS)}, got {name!r}")
+    previous, _default_clock = _default_clock, name
+    try:
+        yield
+    finally:
+        _default_clock = previous
+
+
 class Stopwatch:
     """Accumulates optimizer time only: run the update inside ``with watch:``."""
 
-    def __init__(self, elapsed: float = 0.0):
+    def __init__(self, elapsed: float = 0.0, clock: str | None = None):
         self.elapsed = elapsed
+        self.clock = clock or _default_clock
+        self._now = getattr(time, CLOCKS[self.clock])
         self._start: float | None = None
 
     def __enter__(self) -> Stopwatch:
-        self._start = time.perf_counter()
+        self._start = self._now()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.elapsed += time.perf_counter() - self._start
+        self.elapsed += self._now() - self._start
         self._start = None

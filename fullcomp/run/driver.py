@@ -164,5 +164,5 @@ def drive(
         bar.close()
         blas.restore_original_limits()
     save()
-    info.update(iterations=k, optimizer_seconds=watch.elapsed, stopped=stop_reason)
+    info.update(iterations=k, optimizer_seconds=watch.elapsed, clock=watch.clock, stopped=stop_reason)
     return finish(state, history, info)
