@@ -880,6 +880,7 @@ def tune_movielens(
     select_radius: bool = False,
     radius_scales: Sequence[float] = RADIUS_SCALES,
     radius_method: str = "hmsfw-ii",
+    radius_budget_seconds: float | None = None,
     iters: int | None = None,
     batch: int = BATCH,
     synthetic: dict[str, Any] | None = None,
@@ -897,7 +898,8 @@ def tune_movielens(
     the one with the lowest mean final training objective.  Methods without a
     grid keep the base configuration's settings.  Test data is never read.
 
-    Writes the configuration to ``config_path`` (None: write nothing) with the
+    ``radius_budget_seconds`` is the budget of the radius-selection runs (default
+    ``budget_seconds``).  Writes the configuration to ``config_path`` (None: write nothing) with the
     scores of every candidate, and returns it.  Cost: candidates x seeds x
     budget optimizer seconds plus evaluation (73 candidates x 2 seeds with the
     default grids and all methods).
@@ -925,7 +927,7 @@ def tune_movielens(
                 radius_scales,
                 method=radius_method,
                 settings=radius_settings,
-                budget_seconds=budget_seconds,
+                budget_seconds=budget_seconds if radius_budget_seconds is None else radius_budget_seconds,
                 seeds=seed_list,
                 iters=iters,
                 batch=batch,
@@ -933,6 +935,9 @@ def tune_movielens(
                 log=log,
             )
             entry["radius"] = {"method": radius_method, "criterion": "mean final worst-group validation loss"}
+            entry["radius"]["budget_seconds"] = (
+                budget_seconds if radius_budget_seconds is None else radius_budget_seconds
+            )
             entry["radius"]["mean_val_worst"] = {f"{s:g}": v for s, v in means.items()}
             cfg.radius_scale[obj] = scale
         elif radius_scale is not None:
