@@ -401,3 +401,31 @@ def test_conic_glmo_resolves_with_new_data():
         res = glmo.solve(z, V, y)
         ref = reference(X, "norm1", None, 3, z - V @ y, V)
         check_answer(res, X, "norm1", None, z - V @ y, V, ref, "conic")
+
+
+@pytest.mark.parametrize("outer", ["max", "cvar", "chi2", "max+quadratic"])
+def test_conic_master_matches_the_cvxpy_master(outer):
+    """The master compiled once and handed to Clarabel directly: weights and pricing multiplier of CVXPY's."""
+    from fullcomp.glmo.master import ConicMaster
+    from fullcomp.model.composite import Outer
+
+    u = fc.inner_value(5)
+    expr = {
+        "max": cp.max(u),
+        "cvar": fc.cvar(u, 0.4),
+        "chi2": fc.chi2_dro(u, 0.5),
+        "max+quadratic": cp.max(u) + cp.sum_squares(u),
+    }[outer]
+    master = ConicMaster(Outer(expr, fc.L2Ball(3)))
+    rng = np.random.default_rng(7)
+    for k in (1, 4, 9):
+        c, images = rng.standard_normal(5), rng.standard_normal((5, k))
+        solution = master.solve(c, images)
+        w = cp.Variable(k, nonneg=True)
+        link = u == c + images @ w
+        reference = cp.Problem(cp.Minimize(expr), [link, cp.sum(w) == 1])
+        reference.solve(solver="CLARABEL")
+        assert abs(sum(solution.weights) - 1) < 1e-7 and (solution.weights >= -1e-8).all()  # interior-point slack
+        value = fc.model.composite.Outer(expr, fc.L2Ball(3)).value(c + images @ solution.weights)
+        assert value == pytest.approx(reference.value, abs=1e-7)
+        np.testing.assert_allclose(solution.q, -link.dual_value, atol=1e-6)
