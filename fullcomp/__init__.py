@@ -4,9 +4,11 @@ Declare the outer function F in CVXPY, the inner map f in torch and the domain
 X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x).
 """
 
-from fullcomp import datasets, errors, noise
+from fullcomp import datasets, errors, metrics, noise
 from fullcomp.algorithms import hmsfw, scfw
+from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.linasa import linasa_icg
+from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.prox_linear import prox_linear
 from fullcomp.algorithms.psg import psg
 from fullcomp.algorithms.smag import SMAGStepper, smag
@@ -49,4 +51,5 @@ __all__ = [
     "Stationarity",
 ]
 __all__ += ["psg", "prox_linear", "linasa_icg"]
-__all__ += ["noise"]
+__all__ += ["noise", "metrics"]
+__all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]

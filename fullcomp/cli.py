@@ -283,6 +283,14 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "group-robust matrix completion (HMSFW paper, Section 6): every method, seeds, optimizer-time budget",
         "fullcomp.experiments.protocol",
     ),
+    "pu": (
+        "positive-unlabeled learning (SMAG paper, Section 5.1): SMAG against the DC baselines",
+        "fullcomp.experiments.pu",
+    ),
+    "pauc-fairness": (
+        "partial AUC with an adversarial fairness regularizer (SMAG paper, Section 5.2)",
+        "fullcomp.experiments.pauc",
+    ),
 }
 
 

@@ -7,3 +7,8 @@ __all__ = ["Completion", "completion_problem"]
 from fullcomp.experiments.protocol import bench_movielens, plots, tables, tune_movielens  # noqa: E402
 
 __all__ += ["bench_movielens", "tables", "plots", "tune_movielens"]
+
+from fullcomp.experiments.pauc import bench_pauc, select_settings  # noqa: E402
+from fullcomp.experiments.pu import bench_pu, gamma_ablation, tune_pu  # noqa: E402
+
+__all__ += ["bench_pu", "tune_pu", "gamma_ablation", "bench_pauc", "select_settings"]
