@@ -94,6 +94,37 @@ def find_runs(folder: str | os.PathLike) -> list[Run]:
     return runs
 
 
+def protocol_runs(folder: str | os.PathLike, protocol: str, writer: str) -> list[tuple[Path, dict, History]]:
+    """(folder, summary, history) of every run under ``folder`` whose summary.json says ``"protocol": protocol``.
+
+    ``writer`` names what writes such runs (e.g. ``"fullcomp bench movielens"``), for the error messages.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise OptionError(f"{root} does not exist; pass the --out folder of `{writer}`")
+    runs = []
+    for path in sorted(root.rglob("summary.json")):
+        try:
+            summary = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"cannot read {path}: {exc}") from None
+        if summary.get("protocol") != protocol or not path.with_name("history.csv").is_file():
+            continue
+        runs.append((path.parent, summary, History.read_csv(path.with_name("history.csv"))))
+    if not runs:
+        raise OptionError(f"no {protocol} runs under {root}; `{writer}` writes them")
+    return runs
+
+
+def mean_sd(values: Any) -> tuple[float, float]:
+    """Mean and sample SD (ddof 1, as the papers report) of the finite values; SD is NaN for one value."""
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return math.nan, math.nan
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.6g}"

@@ -215,7 +215,7 @@ def test_bad_options(tmp_path):
         ex.bench_movielens(None, "max", None, [0], None, tmp_path)
     with pytest.raises(OptionError, match="seeds"):
         protocol.parse_seeds("2004-2000")
-    with pytest.raises(OptionError, match="no MovieLens protocol runs"):
+    with pytest.raises(OptionError, match="no movielens runs"):
         ex.tables(tmp_path)
     assert protocol.parse_seeds("2000-2002,2007") == [2000, 2001, 2002, 2007]
 

@@ -56,6 +56,7 @@ from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, FullcompError, OptionError
 from fullcomp.metrics import fairness_report
 from fullcomp.model.dmax import DMaxProblem
+from fullcomp.report import mean_sd, protocol_runs
 from fullcomp.run import History, Result, write_atomic
 
 #: Tag written into every run's summary.json, so tables() never mixes in other run folders.
@@ -719,21 +720,7 @@ class PAUCRun:
 
 def find_protocol_runs(out_dir: str | os.PathLike) -> list[PAUCRun]:
     """Every run folder under ``out_dir`` written by :func:`bench_pauc`."""
-    root = Path(out_dir)
-    if not root.is_dir():
-        raise OptionError(f"{root} does not exist; pass the --out folder of `fullcomp bench pauc-fairness`")
-    runs = []
-    for path in sorted(root.rglob("summary.json")):
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise OptionError(f"cannot read {path}: {exc}") from None
-        if summary.get("protocol") != PROTOCOL or not path.with_name("history.csv").is_file():
-            continue
-        runs.append(PAUCRun(path.parent, summary, History.read_csv(path.with_name("history.csv"))))
-    if not runs:
-        raise OptionError(f"no pauc-fairness runs under {root}; `fullcomp bench pauc-fairness` writes them")
-    return runs
+    return [PAUCRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench pauc-fairness")]
 
 
 def _grouped(runs: list[PAUCRun]) -> list[tuple[str, str, list[PAUCRun]]]:
@@ -743,14 +730,6 @@ def _grouped(runs: list[PAUCRun]) -> list[tuple[str, str, list[PAUCRun]]]:
     rank = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (k[0], rank.get(k[1], 99)))
     return [(d, m, sorted(groups[(d, m)], key=lambda r: int(r.summary.get("seed", 0)))) for d, m in keys]
-
-
-def _mean_sd(values: list[float]) -> tuple[float, float]:
-    a = np.asarray(values, dtype=float)
-    a = a[np.isfinite(a)]
-    if a.size == 0:
-        return math.nan, math.nan
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
 
 
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -767,7 +746,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
             "iters": runs[0].summary.get("iters"),
         }
         for key, _, _ in COLUMNS:
-            row[f"{key}_mean"], row[f"{key}_sd"] = _mean_sd([r.metric(key) for r in runs])
+            row[f"{key}_mean"], row[f"{key}_sd"] = mean_sd([r.metric(key) for r in runs])
         rows.append(row)
     for dataset in {r["dataset"] for r in rows}:
         block = [r for r in rows if r["dataset"] == dataset]

@@ -48,6 +48,7 @@ from fullcomp.errors import FullcompError, OptionError
 from fullcomp.experiments.completion import OBJECTIVES, Completion, base_radius, completion_problem
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
+from fullcomp.report import mean_sd, protocol_runs
 from fullcomp.run import History, Result, write_atomic
 from fullcomp.run.budget import clock as budget_clock
 
@@ -554,21 +555,7 @@ class ProtocolRun:
 
 def find_protocol_runs(out_dir: str | os.PathLike) -> list[ProtocolRun]:
     """Every run folder under ``out_dir`` written by :func:`bench_movielens` (summary.json + history.csv)."""
-    root = Path(out_dir)
-    if not root.is_dir():
-        raise OptionError(f"{root} does not exist; pass the out_dir of bench_movielens")
-    runs = []
-    for path in sorted(root.rglob("summary.json")):
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise OptionError(f"cannot read {path}: {exc}") from None
-        if summary.get("protocol") != PROTOCOL or not path.with_name("history.csv").is_file():
-            continue
-        runs.append(ProtocolRun(path.parent, summary, History.read_csv(path.with_name("history.csv"))))
-    if not runs:
-        raise OptionError(f"no MovieLens protocol runs under {root}; bench_movielens writes them")
-    return runs
+    return [ProtocolRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench movielens")]
 
 
 def _order(runs: list[ProtocolRun]) -> list[tuple[str, str, list[ProtocolRun]]]:
@@ -579,15 +566,6 @@ def _order(runs: list[ProtocolRun]) -> list[tuple[str, str, list[ProtocolRun]]]:
     rank = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (OBJECTIVES.index(k[0]) if k[0] in OBJECTIVES else 9, rank.get(k[1], 99)))
     return [(o, m, sorted(groups[(o, m)], key=lambda r: int(r.summary.get("seed", 0)))) for o, m in keys]
-
-
-def _mean_sd(values: list[float]) -> tuple[float, float]:
-    a = np.asarray(values, dtype=float)
-    a = a[np.isfinite(a)]
-    if a.size == 0:
-        return math.nan, math.nan
-    # Sample SD (ddof 1), as in the paper; undefined for a single seed.
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
 
 
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -605,7 +583,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
             "n_seeds": len(runs),
         }
         for key, _, _ in COLUMNS:
-            row[f"{key}_mean"], row[f"{key}_sd"] = _mean_sd([m[key] for m in metrics])
+            row[f"{key}_mean"], row[f"{key}_sd"] = mean_sd([m[key] for m in metrics])
         rows.append(row)
     return rows
 

@@ -45,6 +45,7 @@ from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, accuracy, pu_problem, pu_
 from fullcomp.errors import DataError, FullcompError, OptionError, OracleError
 from fullcomp.experiments.protocol import TableFiles, parse_seeds
 from fullcomp.model.dmax import DMaxProblem
+from fullcomp.report import protocol_runs
 from fullcomp.run import Budget, History, Loop, Result, drive, write_atomic
 
 #: Tag written into every run's summary.json, so tables() reads only this protocol's folders.
@@ -634,21 +635,7 @@ class PURun:
 
 def find_runs(out_dir: str | os.PathLike) -> list[PURun]:
     """Every run folder of this protocol under ``out_dir`` (summary.json with protocol "pu" + history.csv)."""
-    root = Path(out_dir)
-    if not root.is_dir():
-        raise OptionError(f"{root} does not exist; pass the out_dir of bench_pu")
-    runs = []
-    for path in sorted(root.rglob("summary.json")):
-        try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise OptionError(f"cannot read {path}: {exc}") from None
-        if summary.get("protocol") != PROTOCOL or not path.with_name("history.csv").is_file():
-            continue
-        runs.append(PURun(path.parent, summary, History.read_csv(path.with_name("history.csv"))))
-    if not runs:
-        raise OptionError(f"no PU protocol runs under {root}; bench_pu writes them")
-    return runs
+    return [PURun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench pu")]
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:
