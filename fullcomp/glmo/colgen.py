@@ -54,7 +54,7 @@ class ColumnGenerationGLMO:
         self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
         self._entries: Entries | None = None
         self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads
-        self._all = Entries.all(domain.shape)
+        self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
 
     def solve(
         self,
@@ -74,7 +74,9 @@ class ColumnGenerationGLMO:
         """
         check_tol(tol, max_calls)
         max_calls = DEFAULT_MAX_CALLS if max_calls is None else int(max_calls)
-        entries = self._all if entries is None else entries
+        if entries is None:
+            self._all = self._all or Entries.all(self.domain.shape)
+            entries = self._all
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries))
         self.c.value = c
         self._cache_values(entries)
