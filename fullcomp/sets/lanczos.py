@@ -23,7 +23,7 @@ class SparsePattern:
     """CSR matrices of one fixed (rows, cols) pattern and of its transpose, refilled with new values."""
 
     def __init__(self, rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]):
-        order = np.arange(1, rows.size + 1, dtype=np.float64)  # +1: CSR drops explicit zeros
+        order = np.arange(1, rows.size + 1, dtype=np.float64)  # +1: no stored value is zero, so none is pruned
         self.matrix = sp.csr_matrix((order, (rows, cols)), shape=shape)
         self.transpose = sp.csr_matrix((order, (cols, rows)), shape=shape[::-1])
         self._perm = self.matrix.data.astype(np.int64) - 1
