@@ -20,24 +20,14 @@ iteration of each and the ratios.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from torch.func import grad_and_value
 
 import fullcomp as fc
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pu_learning.py"
-
-
-def pu_module():
-    spec = importlib.util.spec_from_file_location("pu_learning", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from fullcomp.datasets import digits, mnist5k, pu_problem, pu_split
 
 
 def smag_seconds(problem: fc.DMaxProblem, iters: int, seed: int) -> float:
@@ -89,9 +79,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 
-    pu = pu_module()
-    X, digit = pu.load(args.data)
-    problem = pu.make_problem(pu.pu_split(X, digit, 0), 0.5, args.batch_size, 0.01)
+    data = pu_split(digits() if args.data is None else mnist5k(args.data))
+    problem = pu_problem(data, 0.5, args.batch_size, 0.01)
     methods = {
         "smag": smag_seconds,
         "smag_wall": smag_wall_seconds,

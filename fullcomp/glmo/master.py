@@ -22,6 +22,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
+from fullcomp import solvers
 from fullcomp.model.composite import Outer
 
 
@@ -49,8 +50,6 @@ class ConicMaster:
         self.select_u = np.zeros((self.n, self.nv))
         self.select_u[np.arange(self.n), start + np.arange(self.n)] = 1.0
         self.cones_F = dims_to_solver_cones(data["dims"])
-        self.settings = clarabel.DefaultSettings()
-        self.settings.verbose = False
         self._clarabel = clarabel
 
     def solve(self, c: np.ndarray, images: np.ndarray) -> MasterSolution | None:
@@ -76,9 +75,12 @@ class ConicMaster:
         if self.P_F is not None:
             P[k:, k:] = self.P_F
         cones = [clarabel.ZeroConeT(n + 1), clarabel.NonnegativeConeT(k), *self.cones_F]
-        solution = clarabel.DefaultSolver(
-            sp.csc_matrix(np.triu(P)), q, sp.csc_matrix(A), b, cones, self.settings
-        ).solve()
+        settings = clarabel.DefaultSettings()
+        settings.verbose = False
+        # The same Clarabel options as every CVXPY solve (fullcomp.solvers), read at call time.
+        for name, value in solvers.SOLVER_OPTIONS.get("CLARABEL", {}).items():
+            setattr(settings, name, value)
+        solution = clarabel.DefaultSolver(sp.csc_matrix(np.triu(P)), q, sp.csc_matrix(A), b, cones, settings).solve()
         if str(solution.status) != "Solved":
             return None
         x, z = np.asarray(solution.x), np.asarray(solution.z)
