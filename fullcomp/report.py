@@ -190,7 +190,8 @@ def plot(runs: list[Run], folder: str | os.PathLike) -> list[Path]:
         ax.set_xlabel("optimizer seconds")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        if ax.get_legend_handles_labels()[0]:  # a column no run recorded draws no line
+            ax.legend(fontsize="small")
         path = folder / filename
         fig.savefig(path, dpi=120)
         saved.append(path)
