@@ -24,12 +24,14 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/data/ml-100k", help="MovieLens-100K folder")
     parser.add_argument("--objective", choices=("max", "cvar"), default="max")
     parser.add_argument("--iters", type=int, default=20, help="updates per method (default 20)")
+    parser.add_argument("--radius-scale", type=float, default=None, help="default: the configuration's")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu", help="optimizer-time clock (default cpu)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = protocol.load_config()
     data = fc.datasets.movielens(args.data)
-    completion = completion_problem(data, args.objective, config.radius_scale[args.objective])
+    scale = config.radius_scale[args.objective] if args.radius_scale is None else args.radius_scale
+    completion = completion_problem(data, args.objective, scale)
     seconds = {}
     for method in ("hmsfw-ii", "hmsfw-ii-fb", "psg"):
         settings = config.settings_for(args.objective, method)
