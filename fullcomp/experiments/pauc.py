@@ -54,6 +54,7 @@ from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.smag import smag
 from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, FullcompError, OptionError
+from fullcomp.experiments.protocol import select_methods
 from fullcomp.metrics import fairness_report
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import mean_sd, protocol_runs
@@ -349,15 +350,7 @@ def grid_settings(method: str, point: dict[str, Any]) -> dict[str, Any]:
 
 def method_names(methods: str | Iterable[str] | None) -> list[str]:
     """Validated method names in the paper's order (None: all five); a comma-separated string is accepted."""
-    if methods is None:
-        return list(METHODS)
-    if isinstance(methods, str):
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
-    names = list(methods)
-    unknown = [m for m in names if m not in METHODS]
-    if unknown or not names:
-        raise OptionError(f"unknown method(s) {unknown or names}; choose from {', '.join(METHODS)}")
-    return [m for m in METHODS if m in names]
+    return select_methods(methods, METHODS)
 
 
 def check_settings(method: str, settings: Any) -> dict[str, Any]:

@@ -140,17 +140,23 @@ METHODS: dict[str, Method] = {
 }
 
 
-def method_names(methods: str | Iterable[str] | None) -> list[str]:
-    """Validated method names in the paper's order (None: all nine); a comma-separated string is accepted."""
+def select_methods(methods: str | Iterable[str] | None, registry: Iterable[str]) -> list[str]:
+    """Validated names from ``registry`` in its order (None: all); a comma-separated string is accepted."""
+    order = list(registry)
     if methods is None:
-        return list(METHODS)
+        return order
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     names = list(methods)
-    unknown = [m for m in names if m not in METHODS]
+    unknown = [m for m in names if m not in order]
     if unknown or not names:
-        raise OptionError(f"unknown method(s) {unknown or names}; choose from {', '.join(METHODS)}")
-    return [m for m in METHODS if m in names]
+        raise OptionError(f"unknown method(s) {unknown or names}; choose from {', '.join(order)}")
+    return [m for m in order if m in names]
+
+
+def method_names(methods: str | Iterable[str] | None) -> list[str]:
+    """Validated method names in the paper's order (None: all nine); a comma-separated string is accepted."""
+    return select_methods(methods, METHODS)
 
 
 def objective_names(objective: str | Iterable[str]) -> list[str]:

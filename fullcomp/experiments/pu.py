@@ -43,7 +43,7 @@ from fullcomp.datasets import images
 from fullcomp.datasets.images import ImageData
 from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, accuracy, pu_problem, pu_risk, pu_split
 from fullcomp.errors import DataError, FullcompError, OptionError, OracleError
-from fullcomp.experiments.protocol import TableFiles, parse_seeds
+from fullcomp.experiments.protocol import TableFiles, parse_seeds, select_methods
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import protocol_runs
 from fullcomp.run import Budget, History, Loop, Result, drive, write_atomic
@@ -220,15 +220,7 @@ DEFAULT_GRIDS: dict[str, dict[str, list]] = {
 
 def method_names(methods: str | Iterable[str] | None) -> list[str]:
     """Validated method names in the paper's order (None: all six); a comma-separated string is accepted."""
-    if methods is None:
-        return list(METHODS)
-    if isinstance(methods, str):
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
-    names = list(methods)
-    unknown = [m for m in names if m not in METHODS]
-    if unknown or not names:
-        raise OptionError(f"unknown method(s) {unknown or names}; choose from {', '.join(METHODS)}")
-    return [m for m in METHODS if m in names]
+    return select_methods(methods, METHODS)
 
 
 def check_settings(method: str, settings: Any) -> dict[str, Any]:
