@@ -54,7 +54,7 @@ from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.smag import smag
 from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, FullcompError, OptionError
-from fullcomp.experiments.protocol import select_methods
+from fullcomp.experiments.protocol import argparse_type, select_methods
 from fullcomp.metrics import fairness_report
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import mean_sd, protocol_runs
@@ -862,21 +862,30 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fullcomp bench pauc-fairness`` (see :func:`run_from_args`)."""
-    from fullcomp.experiments.protocol import _arg, _positive, parse_seeds
+    from fullcomp.experiments.protocol import _positive, parse_seeds
 
     parser.add_argument("--data", required=True, help="folder with adult.data + adult.test, or with german.data")
     parser.add_argument("--out", default="runs/pauc", help="output folder (default runs/pauc)")
     parser.add_argument(
-        "--seeds", type=_arg(parse_seeds), default=list(FINAL_SEEDS), help="e.g. 2000-2002 (default) or 1,2"
+        "--seeds", type=argparse_type(parse_seeds), default=list(FINAL_SEEDS), help="e.g. 2000-2002 (default) or 1,2"
     )
     parser.add_argument(
-        "--methods", type=_arg(method_names), default=None, help=f"comma-separated subset of {','.join(METHODS)}"
+        "--methods",
+        type=argparse_type(method_names),
+        default=None,
+        help=f"comma-separated subset of {','.join(METHODS)}",
     )
     parser.add_argument(
-        "--iters", type=_arg(_positive(int)), default=None, help="iterations per run (default: the configuration's)"
+        "--iters",
+        type=argparse_type(_positive(int)),
+        default=None,
+        help="iterations per run (default: the configuration's)",
     )
     parser.add_argument(
-        "--eval-every", type=_arg(_positive(int)), default=50, help="iterations between evaluations (default 50)"
+        "--eval-every",
+        type=argparse_type(_positive(int)),
+        default=50,
+        help="iterations between evaluations (default 50)",
     )
     parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {DEFAULT_CONFIG.name})")
     parser.add_argument(
@@ -887,7 +896,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tuning-seeds",
-        type=_arg(parse_seeds),
+        type=argparse_type(parse_seeds),
         default=list(TUNING_SEEDS),
         help="seeds of the --select runs (default 1000), distinct from the reported --seeds",
     )

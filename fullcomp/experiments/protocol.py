@@ -997,7 +997,7 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def _arg(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+def argparse_type(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     """An argparse type from a parser raising OptionError (argparse then reports a usage error)."""
 
     def convert(text: str) -> Any:
@@ -1038,37 +1038,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--objective", choices=(*OBJECTIVES, "both"), default="max", help="default max")
     parser.add_argument(
         "--budget",
-        type=_arg(_positive(float)),
+        type=argparse_type(_positive(float)),
         default=120.0,
         help="optimizer seconds per run (default 120; the paper used 1200 for MovieLens-1M)",
     )
     parser.add_argument(
-        "--seeds", type=_arg(parse_seeds), default=list(FINAL_SEEDS), help="e.g. 2000-2004 (default) or 1000,1001"
+        "--seeds",
+        type=argparse_type(parse_seeds),
+        default=list(FINAL_SEEDS),
+        help="e.g. 2000-2004 (default) or 1000,1001",
     )
     parser.add_argument(
         "--methods",
-        type=_arg(method_names),
+        type=argparse_type(method_names),
         default=None,
         help=f"comma-separated subset of {','.join(METHODS)} (default all)",
     )
     parser.add_argument("--out", default="runs/movielens", help="output folder (default runs/movielens)")
     parser.add_argument(
         "--radius-scale",
-        type=_arg(_positive(float)),
+        type=argparse_type(_positive(float)),
         default=None,
         help="multiple of sqrt(P Q); default the configuration's validated scale",
     )
     parser.add_argument(
         "--eval-every",
-        type=_arg(_positive(int)),
+        type=argparse_type(_positive(int)),
         default=5,
         help="updates between evaluations (default 5; outside optimizer time)",
     )
     parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {DEFAULT_CONFIG.name})")
-    parser.add_argument("--iters", type=_arg(_positive(int)), default=None, help="optional cap on updates per run")
-    parser.add_argument("--batch", type=_arg(_positive(int)), default=BATCH, help="ratings per group (default 1024)")
-    parser.add_argument("--synthetic-shape", type=_arg(_shape), default=(943, 1682), help="default 943x1682")
-    parser.add_argument("--synthetic-ratings", type=_arg(_positive(int)), default=100_000, help="default 100000")
+    parser.add_argument(
+        "--iters", type=argparse_type(_positive(int)), default=None, help="optional cap on updates per run"
+    )
+    parser.add_argument(
+        "--batch", type=argparse_type(_positive(int)), default=BATCH, help="ratings per group (default 1024)"
+    )
+    parser.add_argument("--synthetic-shape", type=argparse_type(_shape), default=(943, 1682), help="default 943x1682")
+    parser.add_argument(
+        "--synthetic-ratings", type=argparse_type(_positive(int)), default=100_000, help="default 100000"
+    )
     parser.add_argument("--synthetic-seed", type=int, default=0, help="default 0")
     parser.add_argument("--no-save-x", action="store_true", help="do not write the dense final iterate x.npy")
     parser.add_argument(

@@ -43,7 +43,7 @@ from fullcomp.datasets import images
 from fullcomp.datasets.images import ImageData
 from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, accuracy, pu_problem, pu_risk, pu_split
 from fullcomp.errors import DataError, FullcompError, OptionError, OracleError
-from fullcomp.experiments.protocol import TableFiles, parse_seeds, select_methods
+from fullcomp.experiments.protocol import TableFiles, argparse_type, parse_seeds, select_methods
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import protocol_runs
 from fullcomp.run import Budget, History, Loop, Result, drive, write_atomic
@@ -844,17 +844,6 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
 # ------------------------------------------------------------------------------------------------- CLI
 
 
-def _arg(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
-        try:
-            return kind(text)
-        except (OptionError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = getattr(kind, "__name__", "value")
-    return convert
-
-
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -875,18 +864,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "CIFAR-10 python batches, fer2013.csv); omit for scikit-learn's digits")  # fmt: skip
     parser.add_argument("--dataset", choices=("auto", *DATASETS), default="auto", help="default: from the files")
     parser.add_argument("--out", default="runs/pu", help="output folder (default runs/pu)")
-    parser.add_argument("--seeds", type=_arg(parse_seeds), default=list(FINAL_SEEDS), help="default 0-3 (4 trials)")
     parser.add_argument(
-        "--methods", type=_arg(method_names), default=None, help=f"subset of {','.join(METHODS)} (default all)"
+        "--seeds", type=argparse_type(parse_seeds), default=list(FINAL_SEEDS), help="default 0-3 (4 trials)"
     )
-    parser.add_argument("--epochs", type=_arg(_positive_int), default=EPOCHS, help="passes over S_u (default 40)")
-    parser.add_argument("--iters", type=_arg(_positive_int), default=None, help="optional cap on iterations per run")
-    parser.add_argument("--batch", type=_arg(_positive_int), default=BATCH, help="points of S_+ and S_u per draw (64)")
+    parser.add_argument(
+        "--methods", type=argparse_type(method_names), default=None, help=f"subset of {','.join(METHODS)} (default all)"
+    )
+    parser.add_argument(
+        "--epochs", type=argparse_type(_positive_int), default=EPOCHS, help="passes over S_u (default 40)"
+    )
+    parser.add_argument(
+        "--iters", type=argparse_type(_positive_int), default=None, help="optional cap on iterations per run"
+    )
+    parser.add_argument(
+        "--batch", type=argparse_type(_positive_int), default=BATCH, help="points of S_+ and S_u per draw (64)"
+    )
     parser.add_argument("--ridge", type=float, default=RIDGE, help="lambda of lambda/2 ||w||^2 (default 0.01)")
     parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {DEFAULT_CONFIG.name})")
     parser.add_argument(
         "--gamma-ablation",
-        type=_arg(_floats),
+        type=argparse_type(_floats),
         default=None,
         metavar="GAMMAS",
         help="instead of the methods, run SMAG for each gamma, e.g. 0.05,0.1,0.2,0.5,1,2 (Figure 2)",
@@ -901,7 +898,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --tune: the full grids (default) or two axis-by-axis sweeps over them",
     )
     parser.add_argument(
-        "--threads", type=_arg(_positive_int), default=1, help="torch threads (default 1: the batches are small)"
+        "--threads",
+        type=argparse_type(_positive_int),
+        default=1,
+        help="torch threads (default 1: the batches are small)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
