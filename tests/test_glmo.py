@@ -454,3 +454,24 @@ def test_colgen_on_entries_never_builds_the_dense_index():
     reference = cp.Problem(cp.Minimize(cp.max(z + V @ w)), [cp.norm1(w) <= 3.0])
     reference.solve(solver="CLARABEL")
     assert res.value == pytest.approx(reference.value, abs=1e-6)
+
+
+def test_colgen_prices_roughly_but_stops_on_an_exact_lmo(monkeypatch):
+    from fullcomp.sets import balls
+
+    monkeypatch.setattr(balls, "ROUGH_LANCZOS_TOL", 0.3)  # very rough atoms: their gaps undervalue the true gap
+    X, z, V, y = nuclear_instance(5, n=6, shape=(20, 30))
+    real, flags = X.lmo_atom, []
+
+    def spy(direction, entries, hint=None, rough=False):
+        flags.append(rough)
+        return real(direction, entries, hint=hint, rough=rough)
+
+    monkeypatch.setattr(X, "lmo_atom", spy)
+    u = fc.inner_value(6)
+    res = fc.build_glmo(cp.max(u), X, route="colgen").solve(z, V, y, tol=1e-6)
+    assert any(flags) and flags[-1] is False  # rough pricing was used, the stopping certificate is exact
+    assert res.calls == len(flags)  # the exact re-pricing counts as a call
+    ref = reference(X, "max", None, 6, z - V @ y, V)
+    assert res.gap_bound <= 1e-6
+    assert res.value - ref <= res.gap_bound + 1e-8 * (1 + abs(ref))

@@ -306,3 +306,22 @@ def test_nuclear_lmo_is_deterministic():
     X = fc.NuclearBall((9, 4), 1.0)
     d = DIRECTIONS["tall"]
     np.testing.assert_array_equal(X.lmo(d), X.lmo(d.copy()))
+
+
+def test_rough_nuclear_lmo_is_feasible_and_nearly_optimal():
+    rng = np.random.default_rng(11)
+    shape = (40, 60)
+    rows, cols = np.nonzero(rng.random(shape) < 0.3)
+    entries = fc.sets.atoms.Entries(rows * shape[1] + cols, shape)
+    direction = rng.standard_normal(rows.size)
+    dense = np.zeros(shape)
+    dense[rows, cols] = direction
+    sigma = np.linalg.svd(dense, compute_uv=False)[0]
+    X = fc.NuclearBall(shape, 2.0)
+    for rough in (False, True):
+        s = X.lmo_atom(direction, entries, rough=rough).dense()
+        assert np.linalg.norm(s, "nuc") == pytest.approx(2.0, rel=1e-9)  # feasible, on the boundary
+        value = float(np.sum(dense * s))
+        assert value >= -2.0 * sigma * (1 + 1e-12)  # never better than the optimum
+        # rough: the residual tolerance bounds the value's relative error by about its square
+        assert value <= -2.0 * sigma * (1 - (1e-3 if rough else 1e-12))

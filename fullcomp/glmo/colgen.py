@@ -51,7 +51,8 @@ class ColumnGenerationGLMO:
         self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
-        self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
+        self.hint: Atom | None = None  # last exactly priced atom: warm-starts iterative LMOs
+        self.rough_hint: Atom | None = None  # last priced atom, exact or rough: warm-starts rough ones
         self._entries: Entries | None = None
         self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
@@ -96,14 +97,15 @@ class ColumnGenerationGLMO:
             lam = self._master(c, images)
             model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
             value = self.outer.value(c + model_x)
-            # Certificate <V^T q, x - s> with s = lmo(V^T q), written through images to avoid forming x.
-            atom = self.domain.lmo_atom(Vm.T @ self.q, entries, hint=self.hint)
-            self.hint = atom
-            values = atom.at(entries)
-            image = Vm @ values
-            gap = max(float(self.q @ (model_x - image)), 0.0)
-            calls += 1
             target = tol if tol is not None else 1e-6 * max(1.0, abs(value))
+            # Until the last allowed call, price roughly: a rough atom still improves the master, and its
+            # gap is a lower bound on the exact one, so only a gap below target needs an exact LMO.
+            rough = calls + 1 < max_calls
+            atom, values, image, gap = self._price(Vm, entries, model_x, rough)
+            calls += 1
+            if rough and gap <= target:
+                atom, values, image, gap = self._price(Vm, entries, model_x, rough=False)
+                calls += 1
             if gap <= target:
                 break
             self._add(atom, values, image, images, lam)
@@ -114,6 +116,21 @@ class ColumnGenerationGLMO:
         if entries is self._all:
             x = x.reshape(self.domain.shape)
         return GLMOResult(x, value, gap, calls, [self.atoms[j] for j in used], lam[used])
+
+    def _price(
+        self, Vm: np.ndarray, entries: Entries, model_x: np.ndarray, rough: bool
+    ) -> tuple[Atom, np.ndarray, np.ndarray, float]:
+        """The atom s = lmo(V^T q), its values and image V s, and the certificate <V^T q, x - s>
+        (written through images to avoid forming x)."""
+        # Exact calls warm-start only from exact atoms: a rough atom may lie near the second singular
+        # vector, and Lanczos started there can stop on it before the top one shows up.
+        atom = self.domain.lmo_atom(Vm.T @ self.q, entries, hint=self.rough_hint if rough else self.hint, rough=rough)
+        self.rough_hint = atom
+        if not rough:
+            self.hint = atom
+        values = atom.at(entries)
+        image = Vm @ values
+        return atom, values, image, max(float(self.q @ (model_x - image)), 0.0)
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""
@@ -164,5 +181,5 @@ class ColumnGenerationGLMO:
 
     def load_state_dict(self, state: dict) -> None:
         self.atoms, self.active, self.q = list(state["atoms"]), np.array(state["active"]), np.array(state["q"])
-        self.hint = state.get("hint")
+        self.hint = self.rough_hint = state.get("hint")
         self._entries = None  # the value cache is rebuilt from the atoms

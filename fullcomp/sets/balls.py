@@ -12,6 +12,8 @@ from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 from fullcomp.sets.lanczos import SparsePattern
 
 LANCZOS_TOL = 1e-7
+# A rough LMO only has to find an improving column; its value error is about the square of this.
+ROUGH_LANCZOS_TOL = 1e-2
 
 
 def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
@@ -112,13 +114,14 @@ class NuclearBall(Set):
     contains_origin = True  # a ball centred at the origin
 
     def top_singular_pair(
-        self, d, start: np.ndarray | None = None, d_t=None
+        self, d, start: np.ndarray | None = None, d_t=None, tol: float = LANCZOS_TOL
     ) -> tuple[np.ndarray, float, np.ndarray]:
         """(u, sigma, v) with d v = sigma u for the largest singular value; d may be sparse.
 
         ``start`` warm-starts the Lanczos iteration with a previous singular vector of the
         shorter side (u when P <= Q, else v); consecutive LMO directions are close, so it
         cuts iterations.  ``d_t``: d's transpose in row-major layout, when the caller has it.
+        ``tol``: the Lanczos residual tolerance relative to the singular value.
         """
         p, q = d.shape
         if min(p, q) == 1:
@@ -134,8 +137,8 @@ class NuclearBall(Set):
         # its square: 1e-7 keeps the LMO value (and so the GLMO certificate) exact to ~1e-12 even when
         # the top two singular values are close; 1e-5 was measured to lose 1e-6 on such directions.
         if p <= q:
-            return lanczos.top_singular_pair(d, d_t, start, tol=LANCZOS_TOL)
-        v, sigma, u = lanczos.top_singular_pair(d_t, d, start, tol=LANCZOS_TOL)
+            return lanczos.top_singular_pair(d, d_t, start, tol=tol)
+        v, sigma, u = lanczos.top_singular_pair(d_t, d, start, tol=tol)
         return u, sigma, v
 
     @numeric
@@ -145,10 +148,13 @@ class NuclearBall(Set):
         u, _, v = self.top_singular_pair(d)
         return -self.radius * np.outer(u, v)
 
-    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
+    def lmo_atom(
+        self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False
+    ) -> Atom:
         """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries.
 
-        ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.
+        ``hint``, a previous rank-one atom, warm-starts the singular-pair solver; ``rough``
+        stops it at a residual of ``ROUGH_LANCZOS_TOL`` instead of ``LANCZOS_TOL``.
         """
         if len(entries) == self.size:
             matrix = np.empty(self.size)
@@ -161,7 +167,7 @@ class NuclearBall(Set):
         start = None
         if isinstance(hint, RankOneAtom):
             start = hint.u if self.shape[0] <= self.shape[1] else hint.v
-        u, sigma, v = self.top_singular_pair(matrix, start, transpose)
+        u, sigma, v = self.top_singular_pair(matrix, start, transpose, ROUGH_LANCZOS_TOL if rough else LANCZOS_TOL)
         if sigma == 0:
             return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1]))
         return RankOneAtom(-self.radius * u, v)

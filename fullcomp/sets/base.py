@@ -94,12 +94,16 @@ class Set(ABC):
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
         """CVXPY constraints stating ``var`` in X."""
 
-    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
+    def lmo_atom(
+        self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False
+    ) -> Atom:
         """The LMO for a direction given by its values at ``entries`` (zero elsewhere), as an atom.
 
         The default scatters into a dense direction; sets with a structured
         LMO (the nuclear ball: a sparse top singular pair) override it and may
-        warm-start from ``hint``, a previous atom.
+        warm-start from ``hint``, a previous atom.  ``rough=True`` accepts a
+        feasible atom that is only nearly optimal (an iterative LMO may stop
+        early); exact LMOs ignore it.
         """
         dense = np.zeros(self.size)
         dense[entries.flat] = direction
