@@ -148,9 +148,7 @@ class NuclearBall(Set):
         u, _, v = self.top_singular_pair(d)
         return -self.radius * np.outer(u, v)
 
-    def lmo_atom(
-        self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False
-    ) -> Atom:
+    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False) -> Atom:
         """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries.
 
         ``hint``, a previous rank-one atom, warm-starts the singular-pair solver; ``rough``

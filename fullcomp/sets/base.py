@@ -94,9 +94,7 @@ class Set(ABC):
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
         """CVXPY constraints stating ``var`` in X."""
 
-    def lmo_atom(
-        self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False
-    ) -> Atom:
+    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False) -> Atom:
         """The LMO for a direction given by its values at ``entries`` (zero elsewhere), as an atom.
 
         The default scatters into a dense direction; sets with a structured
