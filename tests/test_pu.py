@@ -329,7 +329,7 @@ def test_bench_rejects_bad_options(tmp_path: Path, capsys) -> None:
     assert "unknown method(s) ['adam']" in capsys.readouterr().err
     assert cli.main(["bench", "pu", "--dataset", "mnist", "--out", str(tmp_path)]) == 1
     assert "MNIST is read from files: pass its folder" in capsys.readouterr().err
-    with pytest.raises(OptionError, match="settings of smag must be a dict holding exactly eta1, eta0, gamma"):
+    with pytest.raises(OptionError, match="settings of smag must hold exactly eta1, eta0, gamma"):
         pu.load_config({"settings": {"digits": {"smag": {"eta": 1}}}})
 
 

@@ -54,7 +54,7 @@ from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.smag import smag
 from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, FullcompError, OptionError
-from fullcomp.experiments.protocol import argparse_type, select_methods
+from fullcomp.experiments.protocol import argparse_type, check_dataset_settings, check_keys, read_config, select_methods
 from fullcomp.metrics import fairness_report
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import mean_sd, protocol_runs
@@ -355,19 +355,7 @@ def method_names(methods: str | Iterable[str] | None) -> list[str]:
 
 def check_settings(method: str, settings: Any) -> dict[str, Any]:
     """The settings of ``method`` holding exactly the keys it reads, as numbers."""
-    if method not in METHODS:
-        raise OptionError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    if not isinstance(settings, dict):
-        raise OptionError(f"settings of {method} must be a dict, got {type(settings).__name__}")
-    keys = METHODS[method].keys
-    missing = [k for k in keys if k not in settings]
-    extra = [k for k in settings if k not in keys]
-    if missing or extra:
-        raise OptionError(
-            f"settings of {method} must hold exactly {', '.join(keys)}"
-            + (f"; missing {', '.join(missing)}" if missing else "")
-            + (f"; unknown {', '.join(extra)}" if extra else "")
-        )
+    keys = check_keys(method, settings, METHODS)
     out = {}
     for k in keys:
         v = settings[k]
@@ -522,24 +510,8 @@ def load_config(config: str | os.PathLike | dict | None = None) -> dict[str, Any
 
     Layout: ``{"settings": {dataset: {method: {...}}}, "budgets": {dataset: {...}}, ...provenance}``.
     """
-    if isinstance(config, dict):
-        data = copy.deepcopy(config)
-        origin = "configuration"
-    else:
-        path = Path(DEFAULT_CONFIG if config is None else config)
-        if not path.is_file():
-            raise OptionError(f"configuration file {path} not found; write one with select_settings (--select)")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise OptionError(f"configuration file {path} is not valid JSON: {exc}") from None
-        origin = str(path)
-    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
-        raise OptionError(f"{origin} must be a JSON object with 'settings': {{dataset: {{method: settings}}}}")
-    for methods in data["settings"].values():
-        for method, settings in methods.items():
-            methods[method] = check_settings(method, settings)
-    return data
+    data, origin = read_config(config, DEFAULT_CONFIG, "write one with select_settings (--select)")
+    return check_dataset_settings(data, origin, check_settings)
 
 
 def select_settings(

@@ -154,6 +154,53 @@ def select_methods(methods: str | Iterable[str] | None, registry: Iterable[str])
     return [m for m in order if m in names]
 
 
+def check_keys(method: str, settings: Any, registry: dict[str, Any]) -> tuple[str, ...]:
+    """The keys of ``registry[method]``, after refusing an unknown method or settings without exactly those keys."""
+    if method not in registry:
+        raise OptionError(f"unknown method {method!r}; choose from {', '.join(registry)}")
+    if not isinstance(settings, dict):
+        raise OptionError(f"settings of {method} must be a dict, got {type(settings).__name__}")
+    keys = registry[method].keys
+    missing = [k for k in keys if k not in settings]
+    extra = [k for k in settings if k not in keys]
+    if missing or extra:
+        raise OptionError(
+            f"settings of {method} must hold exactly {', '.join(keys)}"
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; unknown {', '.join(extra)}" if extra else "")
+        )
+    return keys
+
+
+def read_config(config: str | os.PathLike | dict | None, default: Path, hint: str) -> tuple[Any, str]:
+    """A configuration given as a dict (copied) or a JSON file (None: ``default``), and its name for messages.
+
+    ``hint`` tells a user without the file how to write one.
+    """
+    if isinstance(config, dict):
+        return copy.deepcopy(config), "configuration"
+    path = Path(default if config is None else config)
+    if not path.is_file():
+        raise OptionError(f"configuration file {path} not found; {hint}")
+    try:
+        return json.loads(path.read_text()), str(path)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"configuration file {path} is not valid JSON: {exc}") from None
+
+
+def check_dataset_settings(data: Any, origin: str, check: Callable[[str, Any], dict]) -> dict[str, Any]:
+    """Validate ``{"settings": {dataset: {method: settings}}}`` in place with ``check(method, settings)``."""
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+        raise OptionError(f"{origin} must be a JSON object with 'settings': {{dataset: {{method: settings}}}}")
+    for dataset, block in data["settings"].items():
+        for method, settings in block.items():
+            try:
+                block[method] = check(method, settings)
+            except OptionError as exc:
+                raise OptionError(f"{origin}, {dataset}: {exc}") from None
+    return data
+
+
 def method_names(methods: str | Iterable[str] | None) -> list[str]:
     """Validated method names in the paper's order (None: all nine); a comma-separated string is accepted."""
     return select_methods(methods, METHODS)
@@ -172,19 +219,7 @@ def objective_names(objective: str | Iterable[str]) -> list[str]:
 
 def check_settings(method: str, settings: Any) -> dict[str, Any]:
     """The settings of ``method`` as a dict holding exactly the keys its runner reads."""
-    if method not in METHODS:
-        raise OptionError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    if not isinstance(settings, dict):
-        raise OptionError(f"settings of {method} must be a dict, got {type(settings).__name__}")
-    keys = METHODS[method].keys
-    missing = [k for k in keys if k not in settings]
-    extra = [k for k in settings if k not in keys]
-    if missing or extra:
-        raise OptionError(
-            f"settings of {method} must hold exactly {', '.join(keys)}"
-            + (f"; missing {', '.join(missing)}" if missing else "")
-            + (f"; unknown {', '.join(extra)}" if extra else "")
-        )
+    keys = check_keys(method, settings, METHODS)
     return {k: settings[k] for k in keys}
 
 
@@ -247,16 +282,8 @@ def load_config(config: str | os.PathLike | dict | ProtocolConfig | None = None)
     """The protocol configuration: a path to JSON, a dict, a :class:`ProtocolConfig` or None (the committed one)."""
     if isinstance(config, ProtocolConfig):
         return config
-    if isinstance(config, dict):
-        return ProtocolConfig.from_dict(config)
-    path = Path(DEFAULT_CONFIG if config is None else config)
-    if not path.is_file():
-        raise OptionError(f"configuration file {path} not found; pass the JSON written by tune_movielens")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise OptionError(f"configuration file {path} is not valid JSON: {exc}") from None
-    return ProtocolConfig.from_dict(data, origin=str(path))
+    data, origin = read_config(config, DEFAULT_CONFIG, "pass the JSON written by tune_movielens")
+    return ProtocolConfig.from_dict(data, origin=origin)
 
 
 # ------------------------------------------------------------------------------------------------ data

@@ -43,7 +43,15 @@ from fullcomp.datasets import images
 from fullcomp.datasets.images import ImageData
 from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, accuracy, pu_problem, pu_risk, pu_split
 from fullcomp.errors import DataError, FullcompError, OptionError, OracleError
-from fullcomp.experiments.protocol import TableFiles, argparse_type, parse_seeds, select_methods
+from fullcomp.experiments.protocol import (
+    TableFiles,
+    argparse_type,
+    check_dataset_settings,
+    check_keys,
+    parse_seeds,
+    read_config,
+    select_methods,
+)
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import protocol_runs
 from fullcomp.run import Budget, History, Loop, Result, drive, write_atomic
@@ -224,12 +232,7 @@ def method_names(methods: str | Iterable[str] | None) -> list[str]:
 
 
 def check_settings(method: str, settings: Any) -> dict[str, Any]:
-    if method not in METHODS:
-        raise OptionError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    keys = METHODS[method].keys
-    if not isinstance(settings, dict) or sorted(settings) != sorted(keys):
-        raise OptionError(f"settings of {method} must be a dict holding exactly {', '.join(keys)}, got {settings!r}")
-    return {k: settings[k] for k in keys}
+    return {k: settings[k] for k in check_keys(method, settings, METHODS)}
 
 
 # ----------------------------------------------------------------------------------------------- config
@@ -237,27 +240,8 @@ def check_settings(method: str, settings: Any) -> dict[str, Any]:
 
 def load_config(config: str | os.PathLike | dict | None = None) -> dict[str, Any]:
     """The frozen settings: a path to JSON, a dict, or None (the committed ``configs/pu.json``)."""
-    if isinstance(config, dict):
-        data = copy.deepcopy(config)
-        origin = "configuration"
-    else:
-        path = Path(DEFAULT_CONFIG if config is None else config)
-        if not path.is_file():
-            raise OptionError(f"configuration file {path} not found; pass the JSON written by tune_pu")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise OptionError(f"configuration file {path} is not valid JSON: {exc}") from None
-        origin = str(path)
-    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
-        raise OptionError(f"{origin} must be a JSON object with 'settings': {{dataset: {{method: settings}}}}")
-    for dataset, block in data["settings"].items():
-        for method, settings in block.items():
-            try:
-                block[method] = check_settings(method, settings)
-            except OptionError as exc:
-                raise OptionError(f"{origin}, {dataset}: {exc}") from None
-    return data
+    data, origin = read_config(config, DEFAULT_CONFIG, "pass the JSON written by tune_pu")
+    return check_dataset_settings(data, origin, check_settings)
 
 
 def settings_for(config: dict[str, Any], dataset: str, method: str) -> tuple[dict[str, Any], str]:
