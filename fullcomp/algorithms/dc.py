@@ -211,7 +211,7 @@ def dc_sgd(
     dtype: torch.dtype = torch.float32,
     callback: Callable | None = None,
     eval_every: int | None = None,
-    progress: bool = False,
+    progress: bool = True,
     checkpoint: Any = None,
 ) -> Result:
     """SGD on Phi - Psi (baselines.md A1): x <- x - eta_k (g_phi(x) - g_psi(x)), both on one batch.
@@ -224,7 +224,7 @@ def dc_sgd(
     iters, seconds : budget in iterations (one batch each) and/or optimizer seconds.
     decay : learning-rate multiplier decay(k) (default None: constant).
     seed : seeds the ``torch.Generator`` handed to the sampler.
-    callback, eval_every, progress, checkpoint : as for :func:`fullcomp.smag` (progress default False).
+    callback, eval_every, progress, checkpoint : as for :func:`fullcomp.smag`.
 
     Returns a Result whose ``x`` is the last iterate.
     """
@@ -261,7 +261,7 @@ def sdca(
     dtype: torch.dtype = torch.float32,
     callback: Callable | None = None,
     eval_every: int | None = None,
-    progress: bool = False,
+    progress: bool = True,
     checkpoint: Any = None,
 ) -> Result:
     """Stochastic DC algorithm (Nitanda & Suzuki 2017; baselines.md A2) with SGD stages.
@@ -340,7 +340,7 @@ def ssdc_spg(
     dtype: torch.dtype = torch.float32,
     callback: Callable | None = None,
     eval_every: int | None = None,
-    progress: bool = False,
+    progress: bool = True,
     checkpoint: Any = None,
 ) -> Result:
     """SSDC-SPG (Xu, Qi, Lin, Jin, Yang 2019; baselines.md A3), as in the reference code ``SSDC_SGD_pu.m``.
@@ -402,7 +402,7 @@ def ssdc_adagrad(
     dtype: torch.dtype = torch.float32,
     callback: Callable | None = None,
     eval_every: int | None = None,
-    progress: bool = False,
+    progress: bool = True,
     checkpoint: Any = None,
 ) -> Result:
     """SSDC-AdaGrad (baselines.md A4), as in the reference code ``SSDC_AdaGrad_pu.m``.
@@ -470,7 +470,7 @@ def sbcd(
     dtype: torch.dtype = torch.float32,
     callback: Callable | None = None,
     eval_every: int | None = None,
-    progress: bool = False,
+    progress: bool = True,
     checkpoint: Any = None,
 ) -> Result:
     """SBCD for DC problems (Yao, Lin, Yang 2022, reduced to Phi - Psi as in baselines.md A5).
