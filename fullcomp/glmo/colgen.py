@@ -101,10 +101,11 @@ class ColumnGenerationGLMO:
             # Until the last allowed call, price roughly: a rough atom still improves the master, and its
             # gap is a lower bound on the exact one, so only a gap below target needs an exact LMO.
             rough = calls + 1 < max_calls
-            atom, values, image, gap = self._price(Vm, entries, model_x, rough)
+            direction = Vm.T @ self.q
+            atom, values, image, gap = self._price(direction, Vm, entries, model_x, rough)
             calls += 1
             if rough and gap <= target:
-                atom, values, image, gap = self._price(Vm, entries, model_x, rough=False)
+                atom, values, image, gap = self._price(direction, Vm, entries, model_x, rough=False)
                 calls += 1
             if gap <= target:
                 break
@@ -118,13 +119,13 @@ class ColumnGenerationGLMO:
         return GLMOResult(x, value, gap, calls, [self.atoms[j] for j in used], lam[used])
 
     def _price(
-        self, Vm: np.ndarray, entries: Entries, model_x: np.ndarray, rough: bool
+        self, direction: np.ndarray, Vm: np.ndarray, entries: Entries, model_x: np.ndarray, rough: bool
     ) -> tuple[Atom, np.ndarray, np.ndarray, float]:
-        """The atom s = lmo(V^T q), its values and image V s, and the certificate <V^T q, x - s>
-        (written through images to avoid forming x)."""
+        """The atom s = lmo(V^T q) for ``direction`` = V^T q, its values and image V s, and the
+        certificate <V^T q, x - s> (written through images to avoid forming x)."""
         # Exact calls warm-start only from exact atoms: a rough atom may lie near the second singular
         # vector, and Lanczos started there can stop on it before the top one shows up.
-        atom = self.domain.lmo_atom(Vm.T @ self.q, entries, hint=self.rough_hint if rough else self.hint, rough=rough)
+        atom = self.domain.lmo_atom(direction, entries, hint=self.rough_hint if rough else self.hint, rough=rough)
         self.rough_hint = atom
         if not rough:
             self.hint = atom
