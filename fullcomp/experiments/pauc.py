@@ -54,7 +54,14 @@ from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.smag import smag
 from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, FullcompError, OptionError
-from fullcomp.experiments.protocol import argparse_type, check_dataset_settings, check_keys, read_config, select_methods
+from fullcomp.experiments.protocol import (
+    argparse_type,
+    check_dataset_settings,
+    check_keys,
+    check_seeds,
+    read_config,
+    select_methods,
+)
 from fullcomp.metrics import fairness_report
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import mean_sd, protocol_runs
@@ -484,19 +491,6 @@ def run_method(
     return result
 
 
-def _seed_list(seeds: int | Iterable[int] | str) -> list[int]:
-    if isinstance(seeds, str):
-        from fullcomp.experiments.protocol import parse_seeds
-
-        return parse_seeds(seeds)
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        return [int(seeds)]
-    out = list(seeds)
-    if not out or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in out):
-        raise OptionError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    return [int(s) for s in out]
-
-
 def _log(log: Callable[[str], None] | None, text: str) -> None:
     if log is not None:
         log(text)
@@ -540,7 +534,7 @@ def select_settings(
     -inf.  The result updates ``base_config`` (None: the committed one when it
     exists) for this data set and is written to ``config_path`` (None: not written).
     """
-    names, seed_list = method_names(methods), _seed_list(seeds)
+    names, seed_list = method_names(methods), check_seeds(seeds)
     grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
     budget = budget or DEFAULT_BUDGETS.get(data.name, Budget(500))
     try:
@@ -627,7 +621,7 @@ def bench_pauc(
     evaluations (outside optimizer time).  Returns the run folders.
     """
     data = data if data is not None else load(data_dir)
-    names, seed_list = method_names(methods), _seed_list(seeds)
+    names, seed_list = method_names(methods), check_seeds(seeds)
     cfg = load_config(config)
     if data.name not in cfg["settings"]:
         raise OptionError(f"the configuration has no settings for {data.name}; run the selection first (--select)")

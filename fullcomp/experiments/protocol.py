@@ -389,7 +389,8 @@ def save_run(result: Result, folder: str | os.PathLike, save_x: bool = True) -> 
     return folder
 
 
-def _seed_list(seeds: int | Iterable[int] | str) -> list[int]:
+def check_seeds(seeds: int | Iterable[int] | str) -> list[int]:
+    """Seeds as a list of ints: one int, a list of ints, or a string like "2000-2004" or "1,2"."""
     if isinstance(seeds, str):
         return parse_seeds(seeds)
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
@@ -462,7 +463,7 @@ def bench_movielens(
     entries) for every method, and every run starts from zero.
     """
     _check_budget(budget_seconds, iters)
-    objectives, names, seed_list = objective_names(objective), method_names(methods), _seed_list(seeds)
+    objectives, names, seed_list = objective_names(objective), method_names(methods), check_seeds(seeds)
     cfg = load_config(config)
     if radius_scale is not None and not (math.isfinite(radius_scale) and radius_scale > 0):
         raise OptionError(f"radius_scale must be a positive number, got {radius_scale!r}")
@@ -863,7 +864,7 @@ def choose_radius_scale(
     """The radius scale (a multiple of ``base_radius(data)`` = sqrt(P Q)) with the lowest mean final
     worst-group *validation* loss of ``method`` over the tuning seeds; returns (scale, {scale: mean})."""
     _check_budget(budget_seconds, iters)
-    seed_list = _seed_list(seeds)
+    seed_list = check_seeds(seeds)
     settings = check_settings(
         method, settings if settings is not None else load_config().settings_for(objective, method)
     )
@@ -916,7 +917,7 @@ def tune_movielens(
     default grids and all methods).
     """
     _check_budget(budget_seconds, iters)
-    objectives, names, seed_list = objective_names(objective), method_names(methods), _seed_list(seeds)
+    objectives, names, seed_list = objective_names(objective), method_names(methods), check_seeds(seeds)
     grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
     for name, grid in grids.items():
         if name not in METHODS:

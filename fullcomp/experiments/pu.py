@@ -48,6 +48,7 @@ from fullcomp.experiments.protocol import (
     argparse_type,
     check_dataset_settings,
     check_keys,
+    check_seeds,
     parse_seeds,
     read_config,
     select_methods,
@@ -342,17 +343,6 @@ def run_method(
     return result
 
 
-def _seed_list(seeds: Iterable[int] | str | int) -> list[int]:
-    if isinstance(seeds, str):
-        return parse_seeds(seeds)
-    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        return [int(seeds)]
-    out = [int(s) for s in seeds]
-    if not out:
-        raise OptionError("seeds must be a non-empty list of ints")
-    return out
-
-
 def _log(log: Callable[[str], None] | None, text: str) -> None:
     if log is not None:
         log(text)
@@ -400,7 +390,7 @@ def bench_pu(
     summary.json and x.npy (the output w).
     """
     key, data = load_pu(dataset, data_dir)
-    names, seed_list, cfg = method_names(methods), _seed_list(seeds), load_config(config)
+    names, seed_list, cfg = method_names(methods), check_seeds(seeds), load_config(config)
     folders = []
     for name in names:
         settings, tuned_on = settings_for(cfg, key, name)
@@ -444,7 +434,7 @@ def gamma_ablation(
         gamma = float(gamma)
         if not (math.isfinite(gamma) and gamma > 0):
             raise OptionError(f"gammas must be positive numbers, got {gamma!r}")
-        for seed in _seed_list(seeds):
+        for seed in check_seeds(seeds):
             settings = {**base, "gamma": gamma}
             result = run_method(
                 "smag", data, settings, seed, epochs=epochs, iters=iters, batch=batch, prior=prior, ridge=ridge
@@ -507,7 +497,7 @@ def tune_pu(
     candidate's scores, and returned.
     """
     key, data = load_pu(dataset, data_dir)
-    names, seed_list = method_names(methods), _seed_list(seeds)
+    names, seed_list = method_names(methods), check_seeds(seeds)
     grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
     existing: dict[str, Any] = {"settings": {}}
     if config_path is not None and Path(config_path).is_file():
