@@ -16,10 +16,10 @@ that you downloaded yourself from GroupLens (``u.data`` + ``u.user`` for 100K,
 (``fc.datasets.movielens``); fullcomp never ships MovieLens files.
 
     fullcomp run examples/worst_group_completion.py --seconds 60 --out runs/demo
-    fullcomp run examples/worst_group_completion.py --method hmsfw-i --seconds 120 --data ~/ml-100k --objective cvar
+    fullcomp run examples/worst_group_completion.py --method hmsfw-i --seconds 120 -- --data ~/ml-100k --objective cvar
     python examples/worst_group_completion.py --seconds 30 --out runs/direct   # the same as `fullcomp run`
 
-Script options (after the `fullcomp run` ones): --data DIR, --objective max|cvar, --alpha A (CVaR
+Script options (after `--`, which follows the `fullcomp run` ones): --data DIR, --objective max|cvar, --alpha A (CVaR
 tail, default 0.3), --batch B (ratings per group and step; default 64 synthetic, 1024 MovieLens as in
 the paper), --radius-scale S (tau = S sqrt(P Q), default 1.5), --users P --items Q --density D
 (synthetic data).
@@ -132,7 +132,7 @@ def build(args: list[str] | None = None):
         inner=lambda values, batch: group_mean_huber(values, train_ratings, *batch),
         domain=fc.NuclearBall((P, Q), radius=ns.radius_scale * np.sqrt(P * Q)),
         sampler=minibatch_sampler(data, ns.batch or (1024 if ns.data else 64)),
-        full_batch=whole_split(data, "train"),  # the exact f, for --method exact
+        full_batch=whole_split(data, "train"),  # the exact f, for --method hmsfw-exact
         reads=data.flat_index("train"),
         track=data.flat_index("test"),
     )

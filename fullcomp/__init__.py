@@ -1,13 +1,16 @@
 """fullcomp: stochastic solvers for non-smooth structured objectives.
 
 Declare the outer function F in CVXPY, the inner map f in torch and the domain
-X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x).
+X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x), and
+``fc.solve(problem, method=...)`` runs any registered method (``fc.methods()``,
+``fc.describe(name)``).
 """
 
 from fullcomp import datasets, errors, metrics, noise
 from fullcomp.algorithms import hmsfw, scfw
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.linasa import linasa_icg
+from fullcomp.algorithms.method import Method, describe, methods, solve
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.prox_linear import prox_linear
 from fullcomp.algorithms.psg import psg
@@ -50,6 +53,6 @@ __all__ = [
     "stationarity",
     "Stationarity",
 ]
-__all__ += ["psg", "prox_linear", "linasa_icg"]
+__all__ += ["psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method"]
 __all__ += ["noise", "metrics"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]

@@ -1,5 +1,10 @@
 """The ``fullcomp`` command: ``fullcomp run SCRIPT ...`` and ``fullcomp report DIR ...``.
 
+Everything after the first ``--`` is handed to the command as it is (for
+``fullcomp run``: the script's options, ``build(args)``); an option before
+``--`` that the command does not know is an argparse error that suggests the
+closest known option.
+
 Each subcommand is a ``(configure, handler)`` pair registered in
 :data:`COMMANDS`, so later subcommands (``bench``) plug in without touching
 the others.  Handlers return an exit code; library errors
@@ -10,23 +15,23 @@ line and exit code 1, option errors are argparse's (exit code 2).
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fullcomp.errors import FullcompError, ModelError
+from fullcomp.errors import FullcompError, ModelError, OptionError
 
-#: --method -> keyword arguments of fc.hmsfw
-METHODS = {
-    "hmsfw-ii": {"variant": "taylor"},
-    "hmsfw-i": {"variant": "polyak"},
-    "exact": {"variant": "taylor", "exact": True},
-}
+#: The method `fullcomp run` picks when --method is not given, by problem kind.
+DEFAULT_METHODS = {"CompositeProblem": "hmsfw-ii", "DMaxProblem": "smag"}
 
 
 def positive_int(text: str) -> int:
@@ -52,11 +57,39 @@ def positive_float(text: str) -> float:
 # --------------------------------------------------------------------------- run
 
 
+RUN_USAGE = "%(prog)s SCRIPT [fullcomp options] -- [script options]"
+RUN_EPILOG = (
+    "Script options go after --: fullcomp run SCRIPT [fullcomp options] -- [script options]. "
+    "Everything after -- reaches the script's build(args) untouched; an unknown option before -- "
+    "is an error (so a mistyped --seed is never passed on and ignored)."
+)
+
+
 def configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.usage = RUN_USAGE
+    parser.epilog = RUN_EPILOG
     parser.add_argument(
-        "script", help="Python file defining build(args) -> CompositeProblem, or a module-level problem"
+        "script",
+        help="Python file defining build(args) -> fc.CompositeProblem (or fc.DMaxProblem), or a module-level problem",
     )
-    parser.add_argument("--method", choices=tuple(METHODS), default="hmsfw-ii", help="default hmsfw-ii (Taylor)")
+    from fullcomp.algorithms.method import REGISTRY
+
+    parser.add_argument(
+        "--method",
+        choices=tuple(REGISTRY),
+        metavar="NAME",
+        help="a registered method (fc.describe() lists them); default hmsfw-ii for a CompositeProblem, "
+        "smag for a DMaxProblem",
+    )
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="method hyperparameters, e.g. --set max_pricing=4 pool=10 (values are Python literals or strings; "
+        "fc.describe(METHOD) lists them)",
+    )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--iters", type=positive_int, help="number of iterations")
     budget.add_argument("--seconds", type=positive_float, help="optimizer seconds (evaluation and logging excluded)")
@@ -64,8 +97,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     parser.add_argument("--out", help="output folder (default runs/<script>-<method>-seed<seed>)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--max-pricing", type=positive_int, help="fixed budget of pricing calls per GLMO")
-    parser.add_argument("--pool", type=positive_int, default=30, help="atoms kept warm between GLMO calls (default 30)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), help="precision (default: the problem's)")
     parser.add_argument("--eval-every", type=positive_int, default=10, help="iterations between evaluate(x) calls")
     parser.add_argument("--checkpoint", help="checkpoint file; an existing one is resumed")
 
@@ -115,6 +147,7 @@ def problem_from_script(namespace: dict[str, Any], script_args: list[str], scrip
     ``evaluate(x) -> dict`` gives metrics recorded in the history.
     """
     from fullcomp.model import CompositeProblem
+    from fullcomp.model.dmax import DMaxProblem
 
     if callable(namespace.get("build")):
         built = namespace["build"](list(script_args))
@@ -130,36 +163,78 @@ def problem_from_script(namespace: dict[str, Any], script_args: list[str], scrip
     else:
         raise ModelError(
             f"{script} defines neither build(args) nor a module-level problem; add "
-            "`def build(args): return fc.CompositeProblem(...)` (args: the options fullcomp run does not use)"
+            "`def build(args): return fc.CompositeProblem(...)` (args: the script options, given after --)"
         )
     evaluate = None
     if isinstance(built, tuple) and len(built) == 2:
         built, evaluate = built
         if not callable(evaluate):
             raise ModelError(f"{source} returned (problem, evaluate) but evaluate is a {type(evaluate).__name__}")
-    if not isinstance(built, CompositeProblem):
+    if not isinstance(built, (CompositeProblem, DMaxProblem)):
         raise ModelError(
             f"{source} returned an object of type {type(built).__name__}; it must be a fc.CompositeProblem "
-            "(or a pair (problem, evaluate) with evaluate(x) -> dict)"
+            "or a fc.DMaxProblem (or a pair (problem, evaluate) with evaluate(x) -> dict)"
         )
     return built, evaluate
 
 
+def unwritable_reason(out: Path) -> str | None:
+    """Why no run folder can be written at ``out``, or None; creates nothing."""
+    if out.exists() and not out.is_dir():
+        return f"{out} is a file, not a folder"
+    probe = out
+    while not probe.exists() and probe.parent != probe:  # the nearest existing ancestor
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, so no folder can be made under it"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def save_run(result: Any, out: Path) -> Path:
+    """``result.save(out)``; when that fails, save to a fresh temporary folder so the run is not lost,
+    and raise an OptionError naming --out and where the run went."""
+    try:
+        return result.save(out)
+    except OSError as exc:
+        reason = str(exc)
+    try:
+        rescue = result.save(Path(tempfile.mkdtemp(prefix=f"fullcomp-{out.name or 'run'}-")))
+    except OSError:
+        raise OptionError(
+            f"cannot save the run to --out {out} ({reason}), nor to a temporary folder; pass --out a writable folder"
+        ) from None
+    raise OptionError(
+        f"cannot save the run to --out {out} ({reason}); saved it to {rescue} instead. Pass --out a writable folder"
+    )
+
+
 def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    """``fullcomp run``: build the script's problem, run the method, save the run folder."""
+    """``fullcomp run``: build the script's problem, run the method, save the run folder.
+
+    ``rest`` holds the script's options (everything after ``--``).
+    """
     import fullcomp as fc
 
     if args.iters is None and args.seconds is None:
         parser.error("give a budget: --iters N (iterations) or --seconds S (optimizer seconds)")
     check_device(args.device, parser)
-    if rest[:1] == ["--"]:
-        rest = rest[1:]  # `fullcomp run SCRIPT [options] -- [script options]`
+    hyper = parse_settings(args.set, parser)
+    name = args.method or "hmsfw-ii"
+    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.script).stem}-{name}-seed{args.seed}"
+    reason = unwritable_reason(out)
+    if reason is not None:  # checked before any work, so a finished run never has nowhere to go
+        raise OptionError(f"--out {out}: cannot write the run folder there ({reason}); pass --out a writable folder")
     try:
         namespace = load_script(args.script)
     except FileNotFoundError:
         parser.error(f"script {args.script} not found; pass the path of a Python file, e.g. examples/quickstart.py")
     problem, evaluate = problem_from_script(namespace, rest, args.script)
-    out = Path(args.out) if args.out else Path("runs") / f"{Path(args.script).stem}-{args.method}-seed{args.seed}"
+    if args.method is None:
+        args.method = DEFAULT_METHODS[type(problem).__name__]
+        if not args.out:
+            out = Path("runs") / f"{Path(args.script).stem}-{args.method}-seed{args.seed}"
     callback = None
     if evaluate is not None:
 
@@ -174,35 +249,57 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
                 raise ModelError(f"{wrong} {metrics!r}") from None
 
     try:
-        result = fc.hmsfw(problem, **solver_options(args, callback))
+        result = fc.solve(problem, args.method, **hyper, **solver_options(args, callback))
     except FullcompError as exc:
         # An OracleError carries the run up to the last finite state: keep it on disk before failing.
         partial = getattr(exc, "result", None)
         if partial is not None:
             partial.info.update(run_info(args, rest))
-            partial.save(out)
-            print(f"fullcomp run: saved the run up to the failure in {out}/", file=sys.stderr)
+            try:
+                saved = save_run(partial, out)
+            except OptionError as save_error:
+                print(f"fullcomp run: {save_error}", file=sys.stderr)
+            else:
+                print(f"fullcomp run: saved the run up to the failure in {saved}/", file=sys.stderr)
         raise
     result.info.update(run_info(args, rest))
-    result.save(out)
+    save_run(result, out)
     print(summary_text(result, out))
     return 0
 
 
+def parse_settings(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """--set KEY=VALUE pairs as a dict; values are Python literals (4, 0.1, None, (0.5, 0.5)) or plain strings."""
+    from fullcomp.run.options import SHARED
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            parser.error(f"--set takes KEY=VALUE pairs such as max_pricing=4; got {pair!r}")
+        if key in SHARED:
+            parser.error(f"--set {key}=...: {key} is a shared option; use --{key.replace('_', '-')}")
+        try:
+            out[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[key] = text
+    return out
+
+
 def solver_options(args: argparse.Namespace, callback: Callable | None) -> dict[str, Any]:
-    """Keyword arguments of fc.hmsfw from the parsed `fullcomp run` options."""
+    """The shared options of fc.solve from the parsed `fullcomp run` options."""
+    import torch
+
     return dict(
         iters=args.iters,
         seconds=args.seconds,
         seed=args.seed,
         device=args.device,
-        max_pricing=args.max_pricing,
-        pool=args.pool,
+        dtype=None if args.dtype is None else getattr(torch, args.dtype),
         callback=callback,
         eval_every=args.eval_every if callback is not None else None,
         progress=not args.no_progress,
         checkpoint=args.checkpoint,
-        **METHODS[args.method],
     )
 
 
@@ -211,11 +308,10 @@ def run_info(args: argparse.Namespace, rest: list[str]) -> dict[str, Any]:
     return {
         "method": args.method,
         "script": str(args.script),
-        "script_args": list(rest),
+        "script_args": list(rest),  # the options after --
+        "settings": list(args.set),
         "budget_iters": args.iters,
         "budget_seconds": args.seconds,
-        "max_pricing": args.max_pricing,
-        "pool": args.pool,
     }
 
 
@@ -226,9 +322,12 @@ def summary_text(result: Any, out: Path) -> str:
     lines = [
         f"{info['method']}: {info['iterations']} iterations, {info['optimizer_seconds']:.1f} optimizer seconds "
         f"(stopped by {info['stopped']})",
-        f"final objective estimate {last['objective_estimate']:.6g}, gap estimate {last['gap_estimate']:.3g}",
+        f"final objective estimate {last['objective_estimate']:.6g}"
+        + (f", objective {last['objective']:.6g}" if "objective" in last else "")
+        + (f", gap estimate {last['gap_estimate']:.3g}" if "gap_estimate" in last else ""),
     ]
-    standard = {"k", "time", "objective_estimate", "gap_estimate", "glmo_gap", "pricing_calls"}
+    standard = {"k", "time", "objective_estimate", "objective", "gap_estimate", "glmo_gap", "pricing_calls"}
+    standard |= {"glmo_converged", "gamma"}
     for column in history.columns:
         if column in standard:
             continue
@@ -253,7 +352,12 @@ def report_command(args: argparse.Namespace, rest: list[str], parser: argparse.A
 
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    runs = report.find_runs(args.folder)
+
+    def skipped(folder: Path, reason: str) -> None:
+        print(f"fullcomp report: warning: skipping {folder}: {reason}", file=sys.stderr)
+
+    # A corrupt run folder is left out with one warning line; the others are still reported.
+    runs = report.find_runs(args.folder, on_skip=skipped)
     print(report.table(runs))
     if args.plot:
         for path in report.plot(runs, args.folder):
@@ -263,12 +367,15 @@ def report_command(args: argparse.Namespace, rest: list[str], parser: argparse.A
         module = experiment_module(name)
         if module.PROTOCOL not in protocols:
             continue
-        # Protocol folders also get the paper's aggregated tables and SD-band curves.
-        written = module.tables(args.folder)
-        print(f"wrote {written.csv} and {written.markdown}")
-        if args.plot:
-            for path in module.plots(args.folder):
-                print(f"saved {path}")
+        # Protocol folders also get the paper's aggregated tables and SD-band curves; the corrupt
+        # folders they leave out were warned about above.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", report.CorruptRunWarning)
+            written = module.tables(args.folder)
+            print(f"wrote {written.csv} and {written.markdown}")
+            if args.plot:
+                for path in module.plots(args.folder):
+                    print(f"saved {path}")
     return 0
 
 
@@ -329,20 +436,52 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     subparsers = {}
     for name, (help_text, configure, _) in COMMANDS.items():
-        # allow_abbrev=False: `--se` or `--data` must never be taken for one of our options,
-        # since unknown options are passed on to the script.
+        # allow_abbrev=False: `--se` must never be taken for --seed; an unknown option is an error
+        # that suggests the closest one (see reject_unknown).
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         configure(p)
         subparsers[name] = p
-    subparsers["run"].epilog = "Options not listed here (and all options after --) go to the script's build(args)."
     return parser, subparsers
+
+
+def known_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The long options of ``parser`` and of the sub-command chosen in ``args`` (``bench movielens``)."""
+    options = []
+    for action in parser._actions:
+        options += [o for o in action.option_strings if o.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                options += known_options(chosen, args)
+    return options
+
+
+def reject_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, unknown: list[str]) -> None:
+    """argparse error (exit 2) for arguments before ``--`` that ``parser`` does not know, with the closest
+    known option for each mistyped one; for ``run``, a reminder that script options go after ``--``."""
+    options = known_options(parser, args)
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    for token in unknown:
+        if token.startswith("--") and len(token) > 2:
+            name = token.split("=", 1)[0]
+            close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+            if close:
+                message += f"; {name}: did you mean {close[0]}?"
+    if args.command == "run":
+        message += f"; script options go after --: fullcomp run {args.script} [fullcomp options] -- {' '.join(unknown)}"
+    parser.error(message)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fullcomp`` console script; returns the exit code."""
     parser, subparsers = build_parser()
-    args, rest = parser.parse_known_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first -- belongs to the command's handler (the script, for `run`).
+    before, rest = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    args, unknown = parser.parse_known_args(before)
     sub = subparsers[args.command]
+    if unknown:
+        reject_unknown(sub, args, unknown)
     _, _, handler = COMMANDS[args.command]
     try:
         return handler(args, rest, sub)

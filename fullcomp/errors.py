@@ -44,3 +44,15 @@ class SolverError(FullcompError, RuntimeError):
 
 class DataError(FullcompError, ValueError):
     """A data file is missing or malformed; the message names the file and, where it applies, the line."""
+
+
+class CheckpointError(FullcompError, ValueError):
+    """A checkpoint file is corrupt, foreign, or was written by a different run (the message names what differs)."""
+
+
+class CallbackError(FullcompError, RuntimeError):
+    """A user callback raised during a run; ``result`` holds the run up to that point and the cause is chained."""
+
+    def __init__(self, message: str, result: Any = None):
+        super().__init__(message)
+        self.result = result

@@ -1,6 +1,7 @@
 """Tables and curves from run folders (``summary.json`` + ``history.csv``, as written by ``Result.save``).
 
-``find_runs(folder)`` collects every run folder at or below ``folder``;
+``find_runs(folder)`` collects every run folder at or below ``folder``
+(leaving out, with a warning, any whose files cannot be read);
 ``table(runs)`` formats one line per run; ``plot(runs, folder)`` saves the
 objective and gap estimates (and every evaluated metric) against optimizer
 time as PNG files.
@@ -8,9 +9,12 @@ time as PNG files.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ from fullcomp.errors import OptionError
 from fullcomp.run.history import History
 
 #: history columns every HMSFW run has; any other numeric column is an evaluated metric
-STANDARD = ("k", "time", "objective_estimate", "gap_estimate", "glmo_gap", "pricing_calls")
+STANDARD = ("k", "time", "objective_estimate", "gap_estimate", "glmo_gap", "pricing_calls", "glmo_converged")
 
 
 @dataclass
@@ -66,26 +70,98 @@ class Run:
         return float(finite[-1]) if finite.size else math.nan
 
 
-def find_runs(folder: str | os.PathLike) -> list[Run]:
-    """Every folder at or below ``folder`` holding both ``summary.json`` and ``history.csv``."""
+class CorruptRunWarning(UserWarning):
+    """A run folder that could not be read was left out of a report."""
+
+
+class CorruptRun(OptionError):
+    """A run folder whose summary.json or history.csv cannot be read; the message says which and why."""
+
+
+#: ``on_skip(folder, reason)``: told about every run folder left out because it cannot be read
+SkipHandler = Callable[[Path, str], None]
+
+
+def warn_skipped(folder: Path, reason: str) -> None:
+    """The default ``on_skip``: a :class:`CorruptRunWarning` naming the folder and the reason."""
+    warnings.warn(f"skipping run folder {folder}: {reason}", CorruptRunWarning, stacklevel=3)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json as a dict, or :class:`CorruptRun` saying why it cannot be read."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptRun(f"{path.name} is not readable JSON ({_short(exc)})") from None
+    if not isinstance(summary, dict):
+        raise CorruptRun(f"{path.name} holds a JSON {type(summary).__name__}, not an object of run fields")
+    return summary
+
+
+def read_history(path: Path, required: tuple[str, ...] = (), numeric: tuple[str, ...] = ()) -> History:
+    """A run's history.csv with the ``required`` columns, those and the ``numeric`` ones (where present)
+    holding numbers; :class:`CorruptRun` saying why not."""
+    try:
+        history = History.read_csv(path)
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError, TypeError) as exc:
+        # TypeError: a row with fewer fields than the header (csv fills them with None)
+        raise CorruptRun(f"{path.name} is not a readable CSV history ({_short(exc)})") from None
+    if any(None in row for row in history):
+        raise CorruptRun(f"{path.name} has a row with more fields than its header")
+    for column in required:
+        if column not in history.columns:
+            raise CorruptRun(f"{path.name} has no {column!r} column; it is not a fullcomp run history")
+    for column in (*required, *(c for c in numeric if c in history.columns)):
+        try:
+            history.column(column)
+        except (TypeError, ValueError):
+            raise CorruptRun(f"{path.name} has non-numeric values in its {column!r} column") from None
+    return history
+
+
+def find_runs(folder: str | os.PathLike, on_skip: SkipHandler | None = None) -> list[Run]:
+    """Every folder at or below ``folder`` holding both ``summary.json`` and ``history.csv``.
+
+    A folder whose files cannot be read (not JSON, garbage CSV, no ``time`` or
+    ``objective_estimate`` column) is left out and reported to
+    ``on_skip(folder, reason)`` (default: a :class:`CorruptRunWarning`), so
+    one damaged run does not hide the others.
+    """
+    on_skip = warn_skipped if on_skip is None else on_skip
     root = Path(folder)
     if not root.is_dir():
         raise OptionError(f"report folder {root} does not exist; pass the --out folder of `fullcomp run` or its parent")
-    runs = []
+    runs, skipped = [], 0
     for summary_path in sorted(root.rglob("summary.json")):
         history_path = summary_path.with_name("history.csv")
         if not history_path.is_file():
             continue
         try:
-            summary = json.loads(summary_path.read_text())
-            history = History.read_csv(history_path)
-        except (json.JSONDecodeError, ValueError, KeyError) as exc:
-            raise OptionError(f"cannot read run folder {summary_path.parent}: {exc}") from None
-        for column in ("time", "objective_estimate"):  # projection baselines have no gap estimate
-            if column not in history.columns:
-                raise OptionError(f"{history_path} has no {column!r} column; it is not a fullcomp run history")
+            summary = read_summary(summary_path)
+            # projection baselines have no gap estimate: it is checked only where present
+            history = read_history(history_path, required=("time", "objective_estimate"), numeric=("gap_estimate",))
+            if "optimizer_seconds" in summary:  # the table prints it as a number
+                try:
+                    float(summary["optimizer_seconds"])
+                except (TypeError, ValueError):
+                    seconds = summary["optimizer_seconds"]
+                    raise CorruptRun(f"summary.json has a non-numeric 'optimizer_seconds': {seconds!r}") from None
+        except CorruptRun as exc:
+            on_skip(summary_path.parent, str(exc))
+            skipped += 1
+            continue
         name = str(summary_path.parent.relative_to(root)) if summary_path.parent != root else root.name
         runs.append(Run(name, summary_path.parent, summary, history))
+    if not runs and skipped:
+        raise OptionError(
+            f"no readable run folders under {root}: skipped {skipped} corrupt folder(s) (see the warnings "
+            "above); rerun those runs or delete their folders"
+        )
     if not runs:
         raise OptionError(
             f"no run folders under {root}: a run folder holds summary.json and history.csv "
@@ -94,23 +170,30 @@ def find_runs(folder: str | os.PathLike) -> list[Run]:
     return runs
 
 
-def protocol_runs(folder: str | os.PathLike, protocol: str, writer: str) -> list[tuple[Path, dict, History]]:
+def protocol_runs(
+    folder: str | os.PathLike, protocol: str, writer: str, on_skip: SkipHandler | None = None
+) -> list[tuple[Path, dict, History]]:
     """(folder, summary, history) of every run under ``folder`` whose summary.json says ``"protocol": protocol``.
 
     ``writer`` names what writes such runs (e.g. ``"fullcomp bench movielens"``), for the error messages.
+    Folders that cannot be read are left out and reported to ``on_skip`` as in :func:`find_runs`.
     """
+    on_skip = warn_skipped if on_skip is None else on_skip
     root = Path(folder)
     if not root.is_dir():
         raise OptionError(f"{root} does not exist; pass the --out folder of `{writer}`")
     runs = []
     for path in sorted(root.rglob("summary.json")):
+        history_path = path.with_name("history.csv")
         try:
-            summary = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise OptionError(f"cannot read {path}: {exc}") from None
-        if summary.get("protocol") != protocol or not path.with_name("history.csv").is_file():
+            summary = read_summary(path)
+            if summary.get("protocol") != protocol or not history_path.is_file():
+                continue
+            history = read_history(history_path)
+        except CorruptRun as exc:
+            on_skip(path.parent, str(exc))
             continue
-        runs.append((path.parent, summary, History.read_csv(path.with_name("history.csv"))))
+        runs.append((path.parent, summary, history))
     if not runs:
         raise OptionError(f"no {protocol} runs under {root}; `{writer}` writes them")
     return runs

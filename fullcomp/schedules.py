@@ -108,6 +108,16 @@ def theta_taylor(r_f: float, r_g: float, jacobian_exponent: float) -> float:
 
 
 @dataclass(frozen=True)
+class _Constant:
+    """A constant weight as a function of k (a dataclass, so a schedule built from numbers compares equal)."""
+
+    value: float
+
+    def __call__(self, k: float) -> float:
+        return self.value
+
+
+@dataclass(frozen=True)
 class Schedule:
     """Frank-Wolfe step gamma(k), Jacobian momentum beta(k) and value momentum rho(k).
 
@@ -310,6 +320,19 @@ class Schedule:
         """gamma = 2/(k+2) with fresh minibatch estimates (beta = rho = 1): Vanilla SCFW, no tracking."""
         return cls(lambda k: 2.0 / (k + 2), lambda k: 1.0, lambda k: 1.0, "vanilla")
 
+    def __post_init__(self) -> None:
+        # A number is a constant weight: Schedule(gamma=0.1, beta=0.5, rho=0.5).
+        for name in ("gamma", "beta", "rho"):
+            value = getattr(self, name)
+            if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+                if not (np.isfinite(value) and 0 < value <= 1):
+                    raise OptionError(f"Schedule {name} must lie in (0, 1] (or be a function of k), got {value!r}")
+                object.__setattr__(self, name, _Constant(float(value)))
+            elif not callable(value):
+                raise OptionError(
+                    f"Schedule {name} must be a number in (0, 1] or a function k -> weight, got {value!r}"
+                )
+
     def at(self, k: int) -> tuple[float, float, float]:
         """(gamma_k, beta_{k+1}, rho_{k+1}), checked to lie in (0, 1]."""
         values = (float(self.gamma(k)), float(self.beta(k + 1)), float(self.rho(k + 1)))
@@ -362,6 +385,8 @@ def resolve(
         return Schedule.paper()
     if schedule == "exact":
         return Schedule.exact()
+    if schedule == "vanilla":
+        return Schedule.vanilla()
     if schedule == "constant":
         return Schedule.constant(iters, variant=variant, **orders)
     if schedule == "theorem1":
@@ -377,6 +402,6 @@ def resolve(
         # A function k -> (gamma, beta, rho).
         return Schedule(lambda k: schedule(k)[0], lambda k: schedule(k)[1], lambda k: schedule(k)[2])
     raise OptionError(
-        f"schedule must be None, 'paper', 'exact', one of {THEORY}, a fc.Schedule or a function "
+        f"schedule must be None, 'paper', 'exact', 'vanilla', one of {THEORY}, a fc.Schedule or a function "
         f"k -> (gamma, beta, rho); got {schedule!r}"
     )

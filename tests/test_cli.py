@@ -117,11 +117,12 @@ def test_report_on_one_run_folder(runs: Path, capsys: pytest.CaptureFixture) -> 
 def test_script_options_reach_build(tmp_path: Path) -> None:
     script = write(tmp_path, "sized.py", SIZED_SCRIPT)
     base = ["run", str(script), "--iters", "2", "--no-progress"]
-    assert main([*base, "--size", "5", "--out", str(tmp_path / "a")]) == 0
+    assert main([*base, "--out", str(tmp_path / "a"), "--", "--size", "5"]) == 0  # everything after -- is the script's
     assert np.load(tmp_path / "a" / "x.npy").shape == (5,)
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["script_args"] == ["--size", "5"]
-    assert main([*base, "--out", str(tmp_path / "b"), "--", "--size", "4"]) == 0  # everything after -- is the script's
-    assert np.load(tmp_path / "b" / "x.npy").shape == (4,)
+    with pytest.raises(SystemExit) as exc:  # a script option before -- is an unknown fullcomp option
+        main([*base, "--size", "4", "--out", str(tmp_path / "b")])
+    assert exc.value.code == 2 and not (tmp_path / "b").exists()
 
 
 def test_module_level_problem(tmp_path: Path) -> None:
@@ -166,7 +167,7 @@ def test_option_errors(argv: list[str], message: str, capsys: pytest.CaptureFixt
     [
         ("x = 1\n", [], "defines neither build(args) nor a module-level problem"),
         ("def build(args):\n    return 42\n", [], "returned an object of type int; it must be a fc.CompositeProblem"),
-        (MODULE_PROBLEM_SCRIPT, ["--size", "3"], "takes no options; unrecognized: --size 3"),
+        (MODULE_PROBLEM_SCRIPT, ["--", "--size", "3"], "takes no options; unrecognized: --size 3"),
         (
             SIZED_SCRIPT.replace("fc.Simplex(size))", "fc.Simplex(size)), lambda x: {'loss': 'low'}"),
             [],
@@ -179,8 +180,9 @@ def test_script_errors(tmp_path: Path, script: str, extra: list[str], message: s
     code = main(["run", str(path), "--iters", "2", "--no-progress", "--out", str(tmp_path / "o"), *extra])
     assert code == 1
     err = capsys.readouterr().err
-    assert err.startswith("fullcomp run: error:") and message in err
-    assert not (tmp_path / "o").exists()
+    assert "fullcomp run: error:" in err and message in err
+    # A run that failed in its callback keeps what it computed; a script that failed to build leaves nothing.
+    assert (tmp_path / "o").exists() == ("saved the run up to the failure" in err)
 
 
 NAN_SCRIPT = """
@@ -205,13 +207,14 @@ def test_nan_keeps_the_run_so_far(tmp_path: Path, capsys: pytest.CaptureFixture)
     err = capsys.readouterr().err
     assert "NaN" in err and "iteration 3" in err and "saved the run up to the failure" in err
     rows = read_history(out)
-    assert [int(r["k"]) for r in rows] == [0, 1]  # step 2 drew the NaN sample at the new point y_3
+    # Step 2 drew the NaN sample at the new point y_3: rows 0 and 1, and the closing row of the finite state y_2.
+    assert [int(r["k"]) for r in rows] == [0, 1, 2]
     assert np.all(np.isfinite(np.load(out / "x.npy")))
 
 
 def test_exact_needs_a_full_batch(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # The quickstart is stochastic and has no full_batch: the library's OptionError becomes one error line.
-    code = main(["run", str(QUICKSTART), "--iters", "2", "--method", "exact", "--out", str(tmp_path / "o")])
+    code = main(["run", str(QUICKSTART), "--iters", "2", "--method", "hmsfw-exact", "--out", str(tmp_path / "o")])
     assert code == 1 and "full_batch" in capsys.readouterr().err
 
 
@@ -223,8 +226,9 @@ def test_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "summary.json").write_text("{not json")
     (tmp_path / "broken" / "history.csv").write_text("k,time,objective_estimate,gap_estimate\n0,0,1,1\n")
-    assert main(["report", str(tmp_path)]) == 1
-    assert "cannot read run folder" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 1  # the only run folder is corrupt: skipped, nothing left
+    err = capsys.readouterr().err
+    assert "skipping" in err and "summary.json is not readable JSON" in err and "no readable run folders" in err
 
 
 def test_console_script(tmp_path: Path) -> None:

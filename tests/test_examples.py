@@ -110,7 +110,7 @@ def history(folder: Path) -> list[dict]:
 
 def test_completion_run_lowers_the_worst_group_loss(tmp_path: Path) -> None:
     script = str(EXAMPLES / "worst_group_completion.py")
-    argv = ["run", script, "--iters", "30", "--max-pricing", "4", "--eval-every", "10", "--no-progress"]
+    argv = ["run", script, "--iters", "30", "--set", "max_pricing=4", "--eval-every", "10", "--no-progress"]
     assert main([*argv, "--out", str(tmp_path / "max")]) == 0
     rows = history(tmp_path / "max")
     evaluated = [r for r in rows if r.get("train_worst")]
@@ -132,7 +132,7 @@ def test_completion_cvar_and_exact(completion: ModuleType) -> None:
     # The full batch gives the exact f: phi(x) from the dense iterate matches the evaluated objective.
     assert problem.objective(res.x) == pytest.approx(metrics["train_objective"], rel=1e-9)
     exact = fc.hmsfw(problem, iters=2, exact=True, max_pricing=2, progress=False)
-    assert exact.info["method"] == "hmsfw-exact"
+    assert exact.info["method"] == "hmsfw" and exact.info["schedule"] == "exact"
 
 
 def write_movielens(folder: Path, users: int = 28, items: int = 15, seed: int = 0) -> None:
@@ -197,7 +197,9 @@ def test_completion_as_a_script_is_fullcomp_run(tmp_path: Path, monkeypatch: pyt
     """`python examples/worst_group_completion.py OPTIONS` behaves as `fullcomp run` on the file."""
     script = str(EXAMPLES / "worst_group_completion.py")
     out = tmp_path / "direct"
-    monkeypatch.setattr(sys, "argv", [script, "--iters", "2", "--max-pricing", "2", "--no-progress", "--out", str(out)])
+    monkeypatch.setattr(
+        sys, "argv", [script, "--iters", "2", "--set", "max_pricing=2", "--no-progress", "--out", str(out)]
+    )
     with pytest.raises(SystemExit) as exc:
         runpy.run_path(script, run_name="__main__")
     assert exc.value.code == 0

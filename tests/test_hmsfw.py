@@ -185,7 +185,7 @@ def test_checkpoint_resume_gives_same_trajectory(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         fc.hmsfw(problem, iters=30, seed=7, progress=False, checkpoint=ckpt, callback=interrupt)
     resumed = fc.hmsfw(problem, iters=30, seed=7, progress=False, checkpoint=ckpt)
-    assert resumed.info["resumed_from"] == 20
+    assert resumed.info["resumed_from"] == 26  # the interrupted step is committed, then saved
     assert torch.equal(resumed.x, full.x)
     assert _strip_time(resumed.history) == _strip_time(full.history)
 
@@ -271,6 +271,6 @@ def test_bad_inner_output_mid_run_names_iteration_and_keeps_state(kind):
         fc.hmsfw(problem, iters=20, progress=False)
     partial = err.value.result
     assert partial is not None and torch.isfinite(partial.x).all()
-    assert partial.info["iterations"] == 4
-    assert len(partial.history) == 4
+    assert partial.info["iterations"] == 4 and partial.status == "error"
+    assert [r["k"] for r in partial.history] == [0, 1, 2, 3, 4]  # four updates and the finite state y_4's row
     assert isinstance(err.value, FullcompError)

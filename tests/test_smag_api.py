@@ -297,28 +297,38 @@ def test_non_scalar_phi_is_rejected_at_construction_and_mid_run():
     calls = [0]
 
     def phi(x, batch):
+        if not torch.is_grad_enabled():  # construction and the recorded objective: evaluations, not iterations
+            return (x**2).sum()
         calls[0] += 1
-        return x**2 if calls[0] > 4 else (x**2).sum()  # construction is call 1, iteration k is call k + 2
+        return x**2 if calls[0] > 3 else (x**2).sum()  # iteration k is gradient call k + 1
 
     problem = fc.DMaxProblem(phi, x0=torch.ones(2))
     with pytest.raises(OracleError, match="iteration 3") as info:
         fc.smag(problem, gamma=1.0, eta0=0.1, eta1=0.1, iters=10, progress=False)
     assert info.value.result.info["iterations"] == 3
+    assert info.value.result.status == "error"
 
 
 def test_non_finite_value_stops_with_the_last_finite_state():
     calls = [0]
 
     def phi(x, batch):
-        calls[0] += 1
         out = (x**2).sum()
-        return out * math.nan if calls[0] == 7 else out
+        if not torch.is_grad_enabled():  # construction and the recorded objective: evaluations, not iterations
+            return out
+        calls[0] += 1
+        return out * math.nan if calls[0] == 6 else out  # iteration k is gradient call k + 1
 
     problem = fc.DMaxProblem(phi, x0=torch.ones(2))
     with pytest.raises(OracleError, match="phi returned a non-finite value \\(nan\\) at iteration 5") as info:
         fc.smag(problem, gamma=1.0, eta0=0.1, eta1=0.1, iters=10, progress=False, dtype=F64)
     result = info.value.result
-    assert result.info["iterations"] == 5 and len(result.history) == 5
+    # The five finite rows, then the closing row of the last finite state (k = 5, recorded outside optimizer time).
+    assert result.status == "error" and result.info["iterations"] == 5 and len(result.history) == 6
+    assert result.history.column("k").tolist() == [0, 1, 2, 3, 4, 5]
+    last = result.history[-1]
+    assert all(math.isfinite(last[key]) for key in ("phi_value", "objective_estimate", "objective"))
+    assert last["objective"] == pytest.approx(float((result.x_phi**2).sum()))
     assert torch.isfinite(result.x).all() and torch.isfinite(result.x_phi).all()
     # That state is the one after five good iterations.
     calls[0] = 100

@@ -57,7 +57,7 @@ def test_structured_and_dense_paths_give_the_same_iterates(outer_of, variant):
 def test_structured_atoms_are_rank_one_and_rebuild_the_iterate():
     _, structured = problems(cp.max)
     res = fc.hmsfw(structured, iters=6, seed=0, progress=False)
-    rebuilt = res.x_start_weight * structured.x0 + sum(w * a.dense() for a, w in res.atoms.values())
+    rebuilt = res.x_start_weight * structured.x0 + sum(w * a.dense() for a, w in res.atoms)
     assert np.allclose(rebuilt, res.x.numpy())
     assert np.linalg.svd(res.x.numpy(), compute_uv=False).sum() <= 2.0 + 1e-8
 

@@ -196,7 +196,7 @@ def test_new_trackers_run_and_improve_on_the_start(tracker, point, variant):
     res = fc.hmsfw(
         problem, iters=15, tracker=tracker, hessian_point=point, variant=variant, glmo="conic", seed=1, progress=False
     )
-    assert res.info["tracker"] == tracker and res.info["method"].endswith(tracker)
+    assert res.info["tracker"] == tracker and res.info["method"] == "hmsfw"
     assert res.V.shape == (N, D) and torch.isfinite(res.V).all()
     assert problem.objective(res.x) < problem.objective(problem.x0)
 
@@ -263,7 +263,7 @@ def test_hessian_tracker_reproduces_and_resumes_from_a_checkpoint(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         fc.hmsfw(problem, checkpoint=ckpt, callback=interrupt, **options)
     resumed = fc.hmsfw(problem, checkpoint=ckpt, **options)
-    assert resumed.info["resumed_from"] == 5
+    assert resumed.info["resumed_from"] == 9  # the interrupted update is committed before the checkpoint
     assert torch.equal(resumed.x, full.x)
     assert _strip_time(resumed.history) == _strip_time(full.history)
 

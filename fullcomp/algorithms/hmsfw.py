@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from fullcomp.errors import ModelError, OptionError, OracleError
+from fullcomp.algorithms.method import Method, Plan, preset, register, solve
+from fullcomp.algorithms.tracked import SCHEDULE, true_objective
+from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle
-from fullcomp.run import Budget, Loop, Result, drive
+from fullcomp.run import Result, RunOptions
 from fullcomp.schedules import Schedule, resolve
 from fullcomp.sets.atoms import Entries, combine
 from fullcomp.trackers import hessian_contraction, hessian_corrected, polyak, segment_point, storm, taylor
+from fullcomp.validation import BOOL, CALLABLE, NONE, Interval, Options, Pair, Param, positive
 
 VARIANTS = {"taylor": "taylor", "ii": "taylor", "polyak": "polyak", "i": "polyak"}
 #: Jacobian trackers: Polyak momentum (Algorithm 1), STORM (Theorem 3), Hessian-corrected (Appendix N).
@@ -24,129 +26,82 @@ TRACKERS = ("polyak", "storm", "hessian")
 HESSIAN_POINTS = {"uniform": (1.0, 1.0), "beta": (0.5, 0.5)}
 #: Above this many entries the structured path does not rebuild the dense iterate.
 MAX_DENSE = 50_000_000
+#: Halvings the warm-start test of the first step tries before settling on its smallest step.
+WARM_HALVINGS = 10
+
+_ORDER = Interval(float, 1, 2, "right")
+PARAMS = (
+    Param("variant", (Options(tuple(VARIANTS)),), "taylor", "value tracker: 'taylor' (Variant II) or 'polyak' (I)"),
+    Param("exact", (BOOL,), False, "the deterministic method on full_batch with beta = rho = 1"),
+    Param("glmo", (Options(("auto", "conic", "colgen")),), "auto", "GLMO route (see fc.build_glmo)"),
+    Param(
+        "glmo_tol",
+        (positive(), CALLABLE, NONE),
+        None,
+        "certified GLMO tolerance, a number or k -> number; None: 0.01 |phi(y_0)| (k+2)^(-1/3) ((k+2)^-1 if exact)",
+    ),
+    Param("max_pricing", (positive(int), NONE), None, "cap on pricing calls per GLMO (the fixed-budget mode)"),
+    Param("pool", (positive(int),), 30, "atoms kept warm between column-generation calls"),
+    SCHEDULE,
+    Param("clip", (positive(), NONE), None, "rescale each sampled Jacobian to Frobenius norm <= clip (Clipped SCFW)"),
+    Param("tracker", (Options(TRACKERS),), "polyak", "Jacobian tracker: 'polyak', 'storm' or 'hessian'"),
+    Param(
+        "hessian_point",
+        (Options(tuple(HESSIAN_POINTS)), Pair(Interval(float, 0, 1, "right"))),
+        "uniform",
+        "law of the Hessian tracker's point: 'uniform', 'beta' or a Beta shape (a, b), 0 < a, b <= 1",
+    ),
+    Param("r_f", (_ORDER, NONE), None, "moment order in (1, 2] of the value noise, read by theory schedules"),
+    Param("r_g", (_ORDER, NONE), None, "moment order in (1, 2] of the Jacobian noise, read by theory schedules"),
+    Param(
+        "first_step",
+        (Interval(float, 0, 1, "right"), Options(("auto",))),
+        "auto",
+        "gamma of the first step; 'auto': 1 from the default start, a decrease test from a warm start",
+    ),
+    Param("gap_tol", (positive(), NONE), None, "stop with status 'converged' once the gap estimate is below it"),
+)
 
 
-def blend_atoms(atoms: dict, res: Any, gamma: float) -> dict:
-    """The atomic form of y_{k+1} = (1 - gamma) y_k + gamma x_k: {id: (atom, weight)}."""
-    blended = {key: (atom, (1 - gamma) * w) for key, (atom, w) in atoms.items()}
+def blend_atoms(atoms: list, res: Any, gamma: float) -> list:
+    """The atomic form of y_{k+1} = (1 - gamma) y_k + gamma x_k: [(atom, weight)], atoms matched by identity."""
+    blended = [(atom, (1 - gamma) * w) for atom, w in atoms]
+    where = {id(atom): i for i, (atom, _) in enumerate(blended)}
     for atom, w in zip(res.atoms, res.weights):
-        old = blended.get(id(atom), (atom, 0.0))[1]
-        blended[id(atom)] = (atom, old + gamma * w)
+        i = where.get(id(atom))
+        if i is None:
+            where[id(atom)] = len(blended)
+            blended.append((atom, gamma * w))
+        else:
+            blended[i] = (atom, blended[i][1] + gamma * w)
     return blended
 
 
-def hmsfw(
-    problem: CompositeProblem,
-    *,
-    iters: int | None = None,
-    seconds: float | None = None,
-    variant: str = "taylor",
-    exact: bool = False,
-    glmo: str = "auto",
-    glmo_tol: float | Callable[[int], float] | None = None,
-    max_pricing: int | None = None,
-    pool: int = 30,
-    schedule: Schedule | str | Callable | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = True,
-    checkpoint: Any = None,
-    clip: float | None = None,
-    method: str | None = None,
-    tracker: str = "polyak",
-    hessian_point: str | tuple[float, float] = "uniform",
-    r_f: float | None = None,
-    r_g: float | None = None,
-) -> Result:
-    """Minimize F(f(x), x) over X with tracked values and Jacobians and a GLMO step.
-
-    Each iteration k: x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k);
-    one sample at y_{k+1}; V_{k+1} by the Jacobian ``tracker`` (Polyak by default); z_{k+1} by the
-    Taylor (Variant II, ``variant="taylor"``) or Polyak (Variant I, ``"polyak"``)
-    value tracker.
-
-    Parameters
-    ----------
-    iters, seconds : budget in iterations and/or optimizer seconds (evaluation excluded).
-    variant : "taylor" (Variant II, default) or "polyak" (Variant I).
-    exact : use ``problem.full_batch`` (or the deterministic map) with beta = rho = 1:
-        the deterministic Basic method.
-    glmo : "auto", "conic" or "colgen" (see :func:`fullcomp.build_glmo`).
-    glmo_tol : certified GLMO tolerance, a number or a function of k.  Default
-        0.01 |phi(y_0)| (k+2)^(-1/3), and 0.01 |phi(y_0)| / (k+2) when ``exact``.
-    max_pricing : cap on pricing calls per GLMO (the fixed-budget mode); with
-        ``glmo_tol`` unset and ``max_pricing`` set, only the cap stops pricing.
-    pool : atoms kept warm between column-generation calls.
-    schedule : None (the paper's), "exact", a theory schedule "theorem1", "theorem3",
-        "constant" (these three need ``iters``), "theorem2" or "doubling" (see
-        :mod:`fullcomp.schedules`), a :class:`~fullcomp.schedules.Schedule` or a
-        function k -> (gamma, beta, rho).
-    r_f, r_g : moment orders in (1, 2] of the value and Jacobian noise, read by the
-        theory schedules (default 2, finite variance).
-    tracker : the Jacobian tracker. "polyak" (default, Algorithm 1); "storm"
-        (Theorem 3: V_{k+1} = J~(y_{k+1}; xi) + (1 - beta)(V_k - J~(y_k; xi)), two
-        Jacobians on the same batch); "hessian" (Appendix N: V_{k+1} = (1 - beta) V_k
-        + beta J~(y_{k+1}; xi) + (1 - beta) H~(w; xi')[y_{k+1} - y_k] at a random point
-        w of the step, one extra batch xi' and one forward-over-reverse contraction).
-    hessian_point : law of w = y_k + alpha (y_{k+1} - y_k) for ``tracker="hessian"``:
-        "uniform", "beta" (Beta(1/2, 1/2)) or a Beta shape (a, b) with 0 < a, b <= 1;
-        a non-uniform alpha is reweighted by 1/density so the correction stays unbiased.
-    seed : seeds the ``torch.Generator`` handed to the sampler.
-    callback : ``callback(iterate) -> dict | None | False`` every ``eval_every``
-        iterations, outside optimizer time; a dict is merged into the history row.
-    checkpoint : path or :class:`~fullcomp.run.Checkpoint`; an existing one is resumed.
-    clip : if set, each sampled Jacobian is rescaled to Frobenius norm at most ``clip``
-        (used by Clipped SCFW).
-    method : the name recorded in ``result.info["method"]`` (default from the variant).
-
-    Returns
-    -------
-    Result with ``x`` (shape of the domain), ``history`` rows (``k``, ``time``,
-    ``objective_estimate``, ``gap_estimate``, ``glmo_gap``, ``pricing_calls``),
-    and the trackers ``V`` and ``z``.  When the problem declares ``reads``,
-    ``x_entries`` holds the iterate at ``reads`` followed by ``track`` (this is
-    also the ``x`` a callback sees), ``atoms`` its atomic form, and ``x`` the
-    dense point rebuilt from them (None above 5e7 entries).
-    """
-    if not isinstance(problem, CompositeProblem):
-        raise ModelError(f"hmsfw needs a fc.CompositeProblem, got {type(problem).__name__}")
-    key = str(variant).lower()
-    if key not in VARIANTS:
-        raise OptionError(f"variant must be 'taylor' (Variant II) or 'polyak' (Variant I), got {variant!r}")
-    value_tracker = VARIANTS[key]
-    if tracker not in TRACKERS:
-        raise OptionError(f"tracker must be one of {TRACKERS}, got {tracker!r}")
-    point_shape = HESSIAN_POINTS.get(hessian_point) if isinstance(hessian_point, str) else hessian_point
-    if (
-        not isinstance(point_shape, (tuple, list))
-        or len(point_shape) != 2
-        or not all(isinstance(v, (int, float)) and 0 < v <= 1 for v in point_shape)
-    ):
-        raise OptionError(
-            f"hessian_point must be 'uniform', 'beta' or a Beta shape (a, b) with 0 < a, b <= 1 (so the importance "
-            f"weight 1/density stays bounded), got {hessian_point!r}"
-        )
-    point_shape = (float(point_shape[0]), float(point_shape[1]))
+def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
+    """HMSFW (Algorithm 1): x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k); trackers at y_{k+1}."""
+    value_tracker, tracker, exact, clip = VARIANTS[hp["variant"]], hp["tracker"], hp["exact"], hp["clip"]
+    point_shape = HESSIAN_POINTS.get(hp["hessian_point"], hp["hessian_point"])
     if clip is not None and tracker != "polyak":
         raise OptionError("clip applies to the fresh sampled Jacobian of Clipped SCFW; use it with tracker='polyak'")
-    loop = Loop(
-        Budget(iters, seconds), callback, eval_every, progress, checkpoint, "gap_estimate", f"hmsfw-{value_tracker}"
+    schedule, iters = hp["schedule"], run.budget.iters
+    sched = resolve(
+        schedule, iters=iters, exact=exact, variant=value_tracker, tracker=tracker, r_f=hp["r_f"], r_g=hp["r_g"]
     )
-    sched = resolve(schedule, iters=iters, exact=exact, variant=value_tracker, tracker=tracker, r_f=r_f, r_g=r_g)
     if exact and problem.stochastic and problem.full_batch is None:
         raise OptionError("exact=True on a stochastic problem needs CompositeProblem(full_batch=...) for the exact f")
     if exact and schedule is None:
         sched = Schedule.exact()
-    if clip is not None and not (np.isfinite(clip) and clip > 0):
-        raise OptionError(f"clip must be a positive Frobenius-norm threshold, got {clip!r}")
+    glmo_tol, max_pricing, device, dtype, generator = (
+        hp["glmo_tol"],
+        hp["max_pricing"],
+        run.device,
+        run.dtype,
+        run.generator,
+    )
 
     domain, outer = problem.domain, problem.outer
     reads = problem.reads
-    solver = build_glmo(outer, domain, route=glmo, pool=pool)
-    generator = torch.Generator(device=device).manual_seed(seed)
+    solver = build_glmo(outer, domain, route=hp["glmo"], pool=hp["pool"])
     if reads is None:
         # Dense path: the iterate is the whole point, the Jacobian is (n, d).
         kept, oracle = None, InnerOracle(problem.inner, outer.n, domain.shape, device, dtype)
@@ -214,7 +169,10 @@ def hmsfw(
     # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
     y0 = tensor(y0)
     value, jac = sample_at(y0, 0)
-    state = {"y": y0, "y_prev": y0, "V": jac, "z": value, "start": 1.0, "atoms": {}}
+    state = {"y": y0, "y_prev": y0, "V": jac, "z": value, "start": 1.0, "atoms": [], "shift": 0.0}
+    if hp["first_step"] != "auto":
+        state["shift"] = 2.0 / hp["first_step"] - 2.0
+    warm = hp["first_step"] == "auto" and problem.warm_start
 
     scale = abs(outer.value(numpy(value), problem.x0 if outer.depends_on_x else None)) or 1.0
     if glmo_tol is None and max_pricing is None:
@@ -237,13 +195,40 @@ def hmsfw(
             "gap_estimate": objective - res.value,
             "glmo_gap": res.gap_bound,
             "pricing_calls": res.calls,
+            "glmo_converged": int(res.converged),
         }
         return row, res
+
+    def phi_on(points: list[torch.Tensor], batch: Any) -> list[float]:
+        """F(f~(y; batch), y) at each point (read entries), on one batch, without Jacobians."""
+        shape = domain.shape if kept is None else (n_read,)
+        with torch.no_grad():
+            us = [numpy(problem.inner(p[:n_read].reshape(shape), batch)) for p in points]
+        dense = [numpy(p).reshape(domain.shape) if outer.depends_on_x else None for p in points]
+        return [outer.value(u, x) for u, x in zip(us, dense)]
+
+    def warm_shift(y: torch.Tensor, x: torch.Tensor) -> float:
+        """s with gamma(s) = gamma_0, the best of 1, 1/2, ..., 2^-(WARM_HALVINGS) for phi on one batch.
+
+        From a warm start, gamma_0 = 1 would discard y_0: this line search on one batch keeps the start's weight
+        unless the first GLMO point is better, and later steps read the schedule at k + s (2/(k+2+s) for the
+        paper's), so no later step is longer than the first.
+        """
+        batch = problem.full_batch if (exact or problem.full_batch is not None) else problem.sample(generator)
+        trials = [2.0**-i for i in range(WARM_HALVINGS + 1)]
+        values = phi_on([y + t * (x - y) for t in trials], batch)
+        return 2.0 / trials[int(np.argmin(values))] - 2.0
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
         row, res = linear_model(state, k)
         gamma, beta, rho = sched.at(k)
         y = state["y"]
+        if k == 0 and warm:
+            first = tensor(res.x.reshape(-1)) if kept is None else tensor(res.x)
+            state = {**state, "shift": warm_shift(y[:n_read] if kept is not None else y, first)}
+        if state["shift"]:
+            gamma = sched.at(k + state["shift"])[0]
+        row["gamma"] = gamma
         if kept is None:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
@@ -256,7 +241,7 @@ def hmsfw(
             z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho)
         else:
             z = polyak(state["z"], value, rho)
-        new = {"y": y_next, "y_prev": y, "V": V, "z": z, "start": state["start"] * (1 - gamma), "atoms": atoms}
+        new = {**state, "y": y_next, "y_prev": y, "V": V, "z": z, "start": state["start"] * (1 - gamma), "atoms": atoms}
         return new, row
 
     def dense_point(state: dict) -> torch.Tensor | None:
@@ -264,7 +249,7 @@ def hmsfw(
             return state["y"].reshape(domain.shape)
         if domain.size > MAX_DENSE:
             return None
-        atoms, weights = zip(*state["atoms"].values()) if state["atoms"] else ((), ())
+        atoms, weights = zip(*state["atoms"]) if state["atoms"] else ((), ())
         point = combine([problem.start_atom(), *atoms], [state["start"], *weights], domain.shape)
         return tensor(point)
 
@@ -282,39 +267,93 @@ def hmsfw(
         )
 
     info = {
-        "method": method
-        or ("hmsfw-exact" if exact else f"hmsfw-{'ii' if value_tracker == 'taylor' else 'i'}")
-        + ("" if tracker == "polyak" else f"-{tracker}"),
         "variant": value_tracker,
         "glmo_route": solver.route,
         "schedule": sched.name,
         "tracker": tracker,
-        "seed": seed,
-        "device": str(device),
-        "dtype": str(dtype),
     }
-    return drive(
+    gap_tol = hp["gap_tol"]
+    return Plan(
         step,
         state,
-        loop,
-        generator=generator,
         iterate=lambda s: s["y"] if kept is not None else s["y"].reshape(domain.shape),
         finish=finish,
         observe=lambda s, k: linear_model(s, k)[0],
+        objective=true_objective(problem, lambda s: s["y"][:n_read], lambda s: numpy(s["y"]).reshape(domain.shape)),
+        converged=None if gap_tol is None else (lambda row: row["gap_estimate"] <= gap_tol),
         components={"glmo": solver},
         info=info,
+        progress_key="gap_estimate",
     )
 
 
+HMSFW = register(
+    Method(
+        "hmsfw", CompositeProblem, PARAMS, setup, "Hybrid Momentum Stochastic Frank-Wolfe (HMSFW paper, Algorithm 1)"
+    )
+)
+preset(HMSFW, "hmsfw-ii", "HMSFW Variant II: Taylor value tracker", variant="taylor")
+preset(HMSFW, "hmsfw-i", "HMSFW Variant I: Polyak value tracker", variant="polyak")
+preset(HMSFW, "hmsfw-exact", "the deterministic Basic method on full_batch (beta = rho = 1)", exact=True)
+preset(
+    HMSFW,
+    "scfw",
+    "Vanilla SCFW: fresh minibatch values and Jacobians, gamma_k = 2/(k+2)",
+    schedule="vanilla",
+    exact=False,
+)
+register(
+    Method(
+        "clipped-scfw",
+        CompositeProblem,
+        tuple(Param("clip", (positive(),), doc=p.doc) if p.name == "clip" else p for p in PARAMS),
+        setup,
+        "Clipped SCFW: Vanilla SCFW with each sampled Jacobian rescaled to norm <= clip",
+        {"schedule": "vanilla", "exact": False},
+    )
+)
+
+
+def hmsfw(problem: CompositeProblem, **options: Any) -> Result:
+    """Minimize F(f(x), x) over X with tracked values and Jacobians and a GLMO step (HMSFW, Algorithm 1).
+
+    Each iteration k: x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k);
+    one sample at y_{k+1}; V_{k+1} by the Jacobian ``tracker`` (Polyak by default); z_{k+1} by the
+    Taylor (Variant II, ``variant="taylor"``) or Polyak (Variant I, ``"polyak"``) value tracker.
+
+    Hyperparameters (``fc.describe("hmsfw")`` lists them with their constraints): ``variant``,
+    ``exact`` (``problem.full_batch`` with beta = rho = 1), ``glmo`` route, ``glmo_tol`` (default
+    0.01 |phi(y_0)| (k+2)^(-1/3), and 0.01 |phi(y_0)| / (k+2) when ``exact``), ``max_pricing``
+    (the fixed-budget mode; with ``glmo_tol`` unset only the cap stops pricing), ``pool``,
+    ``schedule`` (None: the paper's; "exact", "theorem1", "theorem2", "theorem3", "constant",
+    "doubling", a :class:`~fullcomp.schedules.Schedule` or k -> (gamma, beta, rho)), ``r_f``/``r_g``
+    (moment orders read by the theory schedules), ``tracker`` ("polyak"; "storm": two Jacobians on
+    one batch; "hessian": a Hessian-vector correction at a random point of the step, whose law is
+    ``hessian_point``), ``clip`` (Clipped SCFW), ``first_step`` and ``gap_tol``.
+
+    Warm starts: from a start the user gave (``x0`` of the problem or of the run), gamma_0 is the
+    best of 1, 1/2, ..., 2^-10 for phi on one batch (``full_batch`` when there is one: a line search
+    of the first step), and the schedule's gamma is read at k + s with gamma(s) = gamma_0, so a good
+    start keeps its weight; from the default start gamma_0 = 1 as in the paper.  ``first_step=g``
+    fixes gamma_0 = g instead.
+
+    History rows: ``objective_estimate`` = F(z_k, y_k), ``gap_estimate``, ``glmo_gap``,
+    ``pricing_calls``, ``gamma``, and ``objective`` when the problem can compute phi.  The result
+    holds the trackers ``V`` and ``z``; with ``reads``, ``x_entries`` is the iterate at ``reads``
+    followed by ``track`` (the ``x`` a callback sees), ``atoms`` its atomic form and ``x`` the dense
+    point rebuilt from them (None above 5e7 entries).
+    """
+    return solve(problem, "hmsfw", **options)
+
+
 def scfw(problem: CompositeProblem, *, clip: float | None = None, **options: Any) -> Result:
-    """Vanilla (``clip=None``) or Clipped SCFW: the HMSFW ablation without tracking.
+    """Vanilla (``clip=None``, method "scfw") or Clipped SCFW ("clipped-scfw"): HMSFW without tracking.
 
     Each update uses the fresh minibatch value and Jacobian (beta = rho = 1),
     the same certified GLMO and gamma_k = 2/(k+2); Clipped SCFW rescales the
     stacked Jacobian to Frobenius norm at most ``clip``.  ``options`` are those
-    of :func:`hmsfw` (budgets, GLMO settings, seed, callbacks, ...).
+    of :func:`hmsfw` but the schedule and ``exact``, which these methods fix.
     """
-    if "schedule" in options or "exact" in options:
-        raise OptionError("scfw fixes the schedule (beta = rho = 1) and samples minibatches; use hmsfw to change them")
-    name = "scfw" if clip is None else "clipped-scfw"
-    return hmsfw(problem, schedule=Schedule.vanilla(), clip=clip, method=name, **options)
+    if clip is None:
+        return solve(problem, "scfw", **options)
+    return solve(problem, "clipped-scfw", clip=clip, **options)

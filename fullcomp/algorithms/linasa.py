@@ -9,93 +9,38 @@ from typing import Any
 
 import torch
 
-from fullcomp.algorithms.tracked import InnerMap, check_problem, numpy, positive, positive_int
+from fullcomp.algorithms.method import Method, Plan, register, solve
+from fullcomp.algorithms.tracked import InnerMap, numpy, true_objective, warm_factor
 from fullcomp.errors import OptionError
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
-from fullcomp.run import Budget, Loop, Result, drive
+from fullcomp.run import Result, RunOptions
+from fullcomp.validation import CALLABLE, NONE, Interval, Options, Param, positive
 
 ICG_SCHEDULES = ("linear", "sqrt")
 
 
-def linasa_icg(
-    problem: CompositeProblem,
-    *,
-    iters: int | None = None,
-    seconds: float | None = None,
-    mu: float = 1e-2,
-    smoothing: str = "auto",
-    beta: float | None = None,
-    horizon: int | None = None,
-    icg_steps: str | int | Callable[[int], int] = "linear",
-    delta: float = 0.0,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = True,
-    checkpoint: Any = None,
-) -> Result:
-    """Minimize F(f(x), x) over X with LiNASA on the smoothed F_mu and ICG inner Frank-Wolfe.
+PARAMS = (
+    Param("mu", (positive(),), 1e-2, "the smoothing parameter"),
+    Param("smoothing", (Options(("auto", "lse", "moreau")),), "auto", "'lse', 'moreau' or 'auto'"),
+    Param("beta", (positive(), NONE), None, "the ICG quadratic coefficient; None: ||d_0|| / D_X"),
+    Param("horizon", (positive(int), NONE), None, "N in tau = 1/sqrt(N); None: iters"),
+    Param("icg_steps", (Options(ICG_SCHEDULES), positive(int), CALLABLE), "linear", "ICG steps t_k per update"),
+    Param("delta", (Interval(float, 0, None),), 0.0, "stop ICG once its Frank-Wolfe gap is at most delta"),
+)
 
-    Each iteration k (tau_0 = 1, then tau = 1/sqrt(N)):
 
-    1. ICG: Frank-Wolfe on q(y) = <d_k, y> + (beta/2) ||y - x_k||^2 over X from
-       y = x_k, with the exact line search min(1, <grad q, y - v> / (beta ||v - y||^2)),
-       for t_k steps or until the FW gap of q is at most ``delta``;
-    2. x_{k+1} = x_k + tau_k (y - x_k);
-    3. two independent samples at x_{k+1}: a value f~ and a Jacobian J~;
-       w_{k+1} = (1 - tau_k) w_k + tau_k f~ + J~ (x_{k+1} - x_k);
-    4. d_{k+1} = (1 - tau_k) d_k + tau_k (J~^T grad_u F_mu(w_{k+1}, x_{k+1}) + grad_x F_mu).
-
-    x is kept dense (ICG steps over X need the whole point); a problem declaring
-    ``reads=`` gets its Jacobians, and the model products, on those entries only.
-
-    Parameters
-    ----------
-    iters, seconds : budget in iterations and/or optimizer seconds (evaluation excluded).
-    mu : smoothing parameter (default 1e-2; the paper searched 1e-3 to 1).
-    smoothing : "auto" (log-sum-exp for F = cp.max(u), bias at most mu log n;
-        the Moreau envelope otherwise), "lse" or "moreau" (the quadratic
-        smoothing of the HMSFW paper's runs; closed form for cp.max(u), a
-        compiled prox program for any other F).
-    beta : the ICG quadratic coefficient beta_L (inverse step).  Default None: the
-        scale-free ||d_0|| / D_X (the unconstrained step from x_0 travels one diameter).
-    horizon : N in tau = 1/sqrt(N), treated as a step parameter (runs continue
-        past N updates and the last iterate is returned).  Default: ``iters``.
-    icg_steps : ICG work t_k at iteration k = 0, 1, ...: "linear" (t_k = k + 1,
-        the source schedule ceil(k) counted from k = 1; O(K^2) LMOs in all),
-        "sqrt" (ceil(sqrt(k + 1))), an int (constant) or a function k -> int.
-    delta : stop ICG early once its Frank-Wolfe gap is at most delta (default 0:
-        always t_k steps; the paper used 0.01).
-    seed, device, dtype, callback, eval_every, progress, checkpoint : as for :func:`fullcomp.hmsfw`.
-
-    Returns
-    -------
-    Result with ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
-    F(w_k, x_k) (the unsmoothed F), ``smoothed_estimate`` = F_mu(w_k, x_k),
-    ``tau``, ``icg_steps`` (LMO calls), ``icg_gap`` (final FW gap of q)), the
-    function tracker ``w`` and the direction ``d``.
-    """
-    problem = check_problem(problem, "linasa_icg")
-    mu = positive(mu, "mu", "the smoothing parameter")
-    if beta is not None:
-        beta = positive(beta, "beta", "the ICG quadratic coefficient")
-    if horizon is None:
-        if iters is None:
-            raise OptionError("horizon N (tau = 1/sqrt(N)) is needed when the budget is in seconds: pass horizon=N")
-        horizon = iters
-    N = positive_int(horizon, "horizon", "N in tau = 1/sqrt(N)")
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not (math.isfinite(delta) and delta >= 0):
-        raise OptionError(f"delta must be a number >= 0 (the ICG Frank-Wolfe gap tolerance), got {delta!r}")
+def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
+    mu, smoothing, beta, icg_steps, delta = hp["mu"], hp["smoothing"], hp["beta"], hp["icg_steps"], hp["delta"]
+    N = hp["horizon"] if hp["horizon"] is not None else run.budget.iters
+    if N is None:
+        raise OptionError("horizon N (tau = 1/sqrt(N)) is needed when the budget is in seconds: pass horizon=N")
+    device, dtype, generator = run.device, run.dtype, run.generator
     work = icg_schedule(icg_steps)
-    loop = Loop(Budget(iters, seconds), callback, eval_every, progress, checkpoint, "objective_estimate", "linasa-icg")
     domain, outer = problem.domain, problem.outer
     calculus = OuterCalculus(outer)
     kind = calculus.smoothing(smoothing)
     inner = InnerMap(problem, device, dtype)
-    generator = torch.Generator(device=device).manual_seed(seed)
 
     def as_numpy_x(x: torch.Tensor) -> Any:
         return numpy(x).reshape(domain.shape) if outer.depends_on_x else None
@@ -117,6 +62,7 @@ def linasa_icg(
     if beta is None:
         first = float(torch.linalg.vector_norm(d0))
         beta = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
+        beta /= warm_factor(problem, inner, x0, d0, generator)
     state = {"x": x0, "w": w0, "d": d0, "smoothed": torch.tensor(smoothed0, dtype=torch.float64)}
 
     def icg(x: torch.Tensor, d: torch.Tensor, steps: int) -> tuple[torch.Tensor, int, float]:
@@ -160,27 +106,75 @@ def linasa_icg(
         return Result(state["x"].reshape(domain.shape), history, info, w=state["w"], d=state["d"])
 
     info = {
-        "method": "linasa-icg",
         "mu": mu,
         "smoothing": kind,
         "beta": beta,
         "horizon": N,
         "icg_steps": icg_steps if isinstance(icg_steps, (str, int)) else "custom",
         "delta": float(delta),
-        "seed": seed,
-        "device": str(device),
-        "dtype": str(dtype),
     }
-    return drive(
+    return Plan(
         step,
         state,
-        loop,
-        generator=generator,
         iterate=lambda s: s["x"].reshape(domain.shape),
         finish=finish,
         observe=observe,
+        objective=true_objective(problem, lambda s: inner.read(s["x"]), lambda s: as_numpy_x(s["x"])),
         info=info,
     )
+
+
+register(
+    Method(
+        "linasa-icg",
+        CompositeProblem,
+        PARAMS,
+        setup,
+        "LiNASA on the smoothed F with ICG inner Frank-Wolfe (HMSFW paper, baseline C3)",
+    )
+)
+
+
+def linasa_icg(problem: CompositeProblem, **options: Any) -> Result:
+    """Minimize F(f(x), x) over X with LiNASA on the smoothed F_mu and ICG inner Frank-Wolfe.
+
+    Each iteration k (tau_0 = 1, then tau = 1/sqrt(N)):
+
+    1. ICG: Frank-Wolfe on q(y) = <d_k, y> + (beta/2) ||y - x_k||^2 over X from
+       y = x_k, with the exact line search min(1, <grad q, y - v> / (beta ||v - y||^2)),
+       for t_k steps or until the FW gap of q is at most ``delta``;
+    2. x_{k+1} = x_k + tau_k (y - x_k);
+    3. two independent samples at x_{k+1}: a value f~ and a Jacobian J~;
+       w_{k+1} = (1 - tau_k) w_k + tau_k f~ + J~ (x_{k+1} - x_k);
+    4. d_{k+1} = (1 - tau_k) d_k + tau_k (J~^T grad_u F_mu(w_{k+1}, x_{k+1}) + grad_x F_mu).
+
+    x is kept dense (ICG steps over X need the whole point); a problem declaring
+    ``reads=`` gets its Jacobians, and the model products, on those entries only.
+
+    Hyperparameters (shared options as for every method; ``fc.describe("linasa-icg")``):
+    mu : smoothing parameter (default 1e-2; the paper searched 1e-3 to 1).
+    smoothing : "auto" (log-sum-exp for F = cp.max(u), bias at most mu log n;
+        the Moreau envelope otherwise), "lse" or "moreau" (the quadratic
+        smoothing of the HMSFW paper's runs; closed form for cp.max(u), a
+        compiled prox program for any other F).
+    beta : the ICG quadratic coefficient beta_L (inverse step).  Default None: the
+        scale-free ||d_0|| / D_X (the unconstrained step from x_0 travels one diameter).
+    horizon : N in tau = 1/sqrt(N), treated as a step parameter (runs continue
+        past N updates and the last iterate is returned).  Default: ``iters``.
+    icg_steps : ICG work t_k at iteration k = 0, 1, ...: "linear" (t_k = k + 1,
+        the source schedule ceil(k) counted from k = 1; O(K^2) LMOs in all),
+        "sqrt" (ceil(sqrt(k + 1))), an int (constant) or a function k -> int.
+    delta : stop ICG early once its Frank-Wolfe gap is at most delta (default 0:
+        always t_k steps; the paper used 0.01).
+
+    Returns
+    -------
+    Result with ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
+    F(w_k, x_k) (the unsmoothed F), ``smoothed_estimate`` = F_mu(w_k, x_k),
+    ``tau``, ``icg_steps`` (LMO calls), ``icg_gap`` (final FW gap of q)), the
+    function tracker ``w`` and the direction ``d``.
+    """
+    return solve(problem, "linasa-icg", **options)
 
 
 def icg_schedule(icg_steps: str | int | Callable[[int], int]) -> Callable[[int], int]:
@@ -189,18 +183,16 @@ def icg_schedule(icg_steps: str | int | Callable[[int], int]) -> Callable[[int],
         rule = lambda k: k + 1  # noqa: E731
     elif icg_steps == "sqrt":
         rule = lambda k: math.ceil(math.sqrt(k + 1))  # noqa: E731
-    elif isinstance(icg_steps, numbers.Integral) and not isinstance(icg_steps, bool):
-        positive_int(icg_steps, "icg_steps", "ICG Frank-Wolfe steps per iteration")
+    elif isinstance(icg_steps, int):
         rule = lambda k: icg_steps  # noqa: E731
-    elif callable(icg_steps):
-        rule = icg_steps
     else:
-        raise OptionError(
-            f"icg_steps must be 'linear', 'sqrt', a positive int or a function k -> int, got {icg_steps!r}"
-        )
+        rule = icg_steps
 
     def checked(k: int) -> int:
-        return positive_int(rule(k), "icg_steps", f"ICG steps at iteration {k}")
+        steps = rule(k)
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+            raise OptionError(f"icg_steps({k}) must be a positive int (ICG steps at iteration {k}), got {steps!r}")
+        return int(steps)
 
     return checked
 

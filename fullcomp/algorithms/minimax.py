@@ -16,189 +16,185 @@ takes (min-max form: ``phi(x, y, batch)``, no psi) and runs in the shared loop:
 Every method returns the last iterate (the practice of the papers' code, spec
 B2) as a :class:`~fullcomp.run.Result` with ``x`` and ``y`` in the problem's
 containers and ``history`` rows ``k``, ``time``, ``phi_value`` (the sampled
-phi at the point the gradient was taken) and ``grad_norm`` (of the x-gradient).
+phi at the point the gradient was taken, also as ``objective_estimate``) and
+``grad_norm`` (of the x-gradient); with ``full_batch`` (or no sampler) the
+driver adds ``objective``, phi at the output point on the full batch.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.func import grad_and_value
 
-from fullcomp.algorithms.tracked import positive, positive_int
-from fullcomp.errors import ModelError, OptionError, OracleError
-from fullcomp.model.dmax import DMaxProblem, Params, to_run
-from fullcomp.run import Budget, Loop, Result, drive
+from fullcomp.algorithms.method import Method, Plan, register, solve
+from fullcomp.errors import ModelError, OptionError
+from fullcomp.model.dmax import DMaxProblem, Params
+from fullcomp.oracles.dmax import DMaxOracle
+from fullcomp.run import Result, RunOptions
+from fullcomp.validation import REQUIRED, Instance, Interval, Options, Pair, Param, positive
+
+HINT = "Lower the step sizes or check phi for overflow"
 
 
-class MinimaxOracle:
-    """Stochastic gradients of phi in x and y at one point and batch, from one ``torch.func`` call."""
+class MinMax:
+    """What the three baselines share: the DMax oracle on phi alone, one batch per step, rows and the plan."""
 
-    def __init__(self, problem: DMaxProblem, method: str, seed: int, device: Any, dtype: torch.dtype):
-        if not isinstance(problem, DMaxProblem):
-            raise ModelError(f"{method} needs a fc.DMaxProblem, got {type(problem).__name__}")
+    def __init__(self, problem: DMaxProblem, run: RunOptions, method: str):
         if problem.psi is not None:
             raise ModelError(
                 f"{method} solves min_x max_y phi(x, y); this problem has psi (a difference of maxima): use fc.smag"
             )
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise OptionError(f"seed must be an int, got {seed!r}")
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise OptionError(f"dtype must be a floating torch dtype such as torch.float32, got {dtype!r}")
-        try:
-            self.device = torch.device(device)
-            self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
-        except (RuntimeError, TypeError) as exc:
-            raise OptionError(f"device {device!r} is not usable here ({exc}); pass device='cpu'") from None
-        self.problem, self.method, self.dtype = problem, method, dtype
-        p = problem
+        self.problem, self.generator = problem, run.generator
+        self.oracle = DMaxOracle(problem, run, method)
+        start = self.oracle.start()
+        self.x0, self.y0 = start["x"], start["y"]
 
-        def value(blocks: dict, batch: Any) -> torch.Tensor:
-            out = p.phi_value(p.x.view(blocks["x"]), _view(p.y, blocks.get("y")), batch)
-            if not isinstance(out, torch.Tensor) or out.numel() != 1:
-                raise OracleError(f"phi must return a scalar tensor; use .mean() or .sum() ({method})")
-            return out.reshape(())
+    def gradients(self, k: int, x: torch.Tensor, y: torch.Tensor | None) -> tuple:
+        """(g_x, g_y or None, row) on one fresh batch; the row holds the sampled phi and ||g_x||, checked finite."""
+        s = self.oracle.gradients(k, self.oracle.draw(self.generator)[0], phi_at=(x, y))
+        phi, g_norm, _ = self.oracle.check(
+            k,
+            {
+                "phi": s.phi,
+                "the x-gradient of phi": torch.linalg.vector_norm(s.phi_x),
+                "the y-gradient of phi": None if s.phi_y is None else torch.linalg.vector_norm(s.phi_y),
+            },
+            HINT,
+        )
+        return s.phi_x, s.phi_y, {"objective_estimate": phi, "phi_value": phi, "grad_norm": g_norm}
 
-        self._grad = grad_and_value(value)
+    def plan(
+        self, step: Callable, state: dict, point: Callable[[dict], tuple], info: dict, final: Callable | None = None
+    ) -> Plan:
+        """The driver's plan; ``point(state)`` is the output (x, y), ``final(state)`` more info at the end."""
+        problem, oracle = self.problem, self.oracle
 
-    def start(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x0 and y0 (projected onto Y) as flat vectors of the run's dtype and device."""
-        p = self.problem
-        x = p.x.flat(self.dtype, self.device)
-        y = None if p.y is None else self.project(p.y.flat(self.dtype, self.device))
-        return x, y
+        def value(s: dict, batches: tuple, where: str) -> float:
+            return oracle.values(*batches, phi_at=point(s), where=where)[0]
 
-    def project(self, y: torch.Tensor) -> torch.Tensor:
-        Y = self.problem.Y
-        return y if Y is None else Y.project(y.view(Y.shape)).reshape(-1)
+        def observe(s: dict, k: int) -> dict:
+            """phi at the output on the full batch when the problem has one, else on a fixed fresh draw."""
+            phi = value(s, oracle.reference_batches(), "at the final state")
+            return {"objective_estimate": phi, "phi_value": phi}
 
-    def sample(self) -> Any:
-        batch, _ = self.problem.sample(self.generator)
-        return to_run(batch, self.dtype, self.device)
+        def finish(s: dict, history: Any, info: dict) -> Result:
+            x, y = point(s)
+            info.update(final(s) if final is not None else {})
+            return Result(problem.x.build(x), history, info, y=_build(problem.y, y))
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor | None, batch: Any, k: int) -> tuple:
-        """(g_x, g_y or None, phi value as a float); non-finite values stop the run with an OracleError."""
-        blocks = {"x": x} if y is None else {"x": x, "y": y}
-        grads, phi = self._grad(blocks, batch)
-        gx, gy = grads["x"], grads.get("y")
-        stats = torch.stack([phi.detach(), gx.norm()] + ([gy.norm()] if gy is not None else [])).tolist()
-        if not all(math.isfinite(v) for v in stats):
-            raise OracleError(
-                f"{self.method}: phi or its gradient is non-finite at iteration {k}; the run stopped and "
-                "exc.result holds the last finite state. Lower the step sizes or check phi for overflow"
-            )
-        return gx, gy, stats[0], stats[1]
-
-    def finish(self, x: torch.Tensor, y: torch.Tensor | None, history, info: dict, **extras: Any) -> Result:
-        p = self.problem
-        return Result(p.x.build(x), history, info, y=None if p.y is None else p.y.build(y), **extras)
-
-    def observe(self, x: torch.Tensor, y: torch.Tensor | None) -> dict:
-        """phi at the final point on the full batch when the problem has one, else on a fixed fresh draw."""
-        p = self.problem
-        batch = p.full_batch
-        if batch is None and p.stochastic:
-            batch, _ = p.sample(torch.Generator(device=self.device).manual_seed(2_000_003))
-        with torch.no_grad():
-            value = p.phi_value(p.x.view(x), _view(p.y, y), to_run(batch, self.dtype, self.device))
-        return {"phi_value": float(value)}
+        return Plan(
+            step,
+            state,
+            iterate=lambda s: problem.x.build(point(s)[0]),
+            finish=finish,
+            observe=observe,
+            objective=(lambda s: value(s, oracle.exact_batches(), "at the output")) if oracle.exact else None,
+            info=info,
+            progress_key="objective_estimate",
+        )
 
 
-def _view(params: Params | None, flat: torch.Tensor | None) -> Any:
-    return None if params is None else params.view(flat)
+def _build(params: Params | None, flat: torch.Tensor | None) -> Any:
+    return None if params is None or flat is None else params.build(flat)
 
 
-def _loop(budget: tuple, callback: Callable | None, eval_every: int | None, progress: bool, checkpoint: Any, desc: str):
-    return Loop(Budget(*budget), callback, eval_every, progress, checkpoint, "phi_value", desc)
+ETA_X = Param("eta_x", (positive(),), REQUIRED, "the step size of x")
+ETA_Y = Param("eta_y", (positive(),), REQUIRED, "the step size of y")
 
 
 # ------------------------------------------------------------------------------------------------ SGDA
 
 
-def sgda(
-    problem: DMaxProblem,
-    *,
-    eta_x: float,
-    eta_y: float,
-    iters: int | None = None,
-    seconds: float | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = True,
-    checkpoint: Any = None,
-) -> Result:
+def sgda_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
+    mm, eta_x, eta_y = MinMax(problem, run, "sgda"), hp["eta_x"], hp["eta_y"]
+
+    def step(state: dict, k: int) -> tuple[dict, dict]:
+        x, y = state["x"], state["y"]
+        gx, gy, row = mm.gradients(k, x, y)
+        x_next = torch.add(x, gx, alpha=-eta_x)
+        y_next = None if y is None else mm.oracle.project_y(torch.add(y, gy, alpha=eta_y))
+        return {"x": x_next, "y": y_next}, row
+
+    return mm.plan(step, {"x": mm.x0, "y": mm.y0}, lambda s: (s["x"], s["y"]), {"eta_x": eta_x, "eta_y": eta_y})
+
+
+register(
+    Method(
+        "sgda",
+        DMaxProblem,
+        (ETA_X, ETA_Y),
+        sgda_setup,
+        "stochastic gradient descent-ascent on min_x max_y phi (SMAG paper's min-max baseline B2)",
+    )
+)
+
+
+def sgda(problem: DMaxProblem, **options: Any) -> Result:
     """Stochastic gradient descent-ascent on min_x max_{y in Y} phi(x, y) (spec B2).
 
     Each iteration draws one batch and takes simultaneous steps
 
         x <- x - eta_x g_x(x, y);   y <- P_Y(y + eta_y g_y(x, y))
 
-    Parameters
-    ----------
-    eta_x, eta_y : step sizes of x and y (the theory takes eta_x of order eta_y / kappa^2).
-    iters, seconds : budget in iterations and/or optimizer seconds (evaluation excluded).
-    seed : seeds the ``torch.Generator`` handed to the sampler.
-    device, dtype : where and in which precision the iterates live (default cpu, float32).
-    callback, eval_every, progress, checkpoint : as for :func:`fullcomp.smag`.
+    Hyperparameters: ``eta_x``, ``eta_y``, the step sizes of x and y (the theory
+    takes eta_x of order eta_y / kappa^2).  Shared options as for every method
+    (``fc.describe("sgda")``); dtype defaults to the problem's.
 
     Returns the last iterate (``x``, ``y``) and the history.
     """
-    eta_x = positive(eta_x, "eta_x", "the step size of x")
-    eta_y = positive(eta_y, "eta_y", "the step size of y")
-    oracle = MinimaxOracle(problem, "sgda", seed, device, dtype)
-    loop = _loop((iters, seconds), callback, eval_every, progress, checkpoint, "sgda")
-    x0, y0 = oracle.start()
-
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, y = state["x"], state["y"]
-        gx, gy, phi, gnorm = oracle(x, y, oracle.sample(), k)
-        x_next = torch.add(x, gx, alpha=-eta_x)
-        y_next = None if y is None else oracle.project(torch.add(y, gy, alpha=eta_y))
-        return {"x": x_next, "y": y_next}, {"phi_value": phi, "grad_norm": gnorm}
-
-    info = {"method": "sgda", "eta_x": eta_x, "eta_y": eta_y, "seed": seed, "dtype": str(dtype)}
-    return drive(
-        step,
-        {"x": x0, "y": y0},
-        loop,
-        generator=oracle.generator,
-        iterate=lambda s: problem.x.build(s["x"]),
-        finish=lambda s, history, info: oracle.finish(s["x"], s["y"], history, info),
-        observe=lambda s, k: oracle.observe(s["x"], s["y"]),
-        info=info,
-    )
+    return solve(problem, "sgda", **options)
 
 
 # ------------------------------------------------------------------------------------------- Epoch-GDA
 
-GROWTHS = ("constant", "linear")
+
+def epoch_gda_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
+    mm, eta_x, eta_y, gamma = MinMax(problem, run, "epoch-gda"), hp["eta_x"], hp["eta_y"], hp["gamma"]
+    epoch_iters, linear = hp["epoch_iters"], hp["growth"] == "linear"
+
+    def step(state: dict, k: int) -> tuple[dict, dict]:
+        x, y, x_hat, epoch = state["x"], state["y"], state["x_hat"], state["epoch"]
+        scale, length = (1.0 / epoch, epoch_iters * epoch) if linear else (1.0, epoch_iters)
+        gx, gy, row = mm.gradients(k, x, y)
+        x_next = x - eta_x * scale * (gx + gamma * (x - x_hat))
+        y_next = None if y is None else mm.oracle.project_y(torch.add(y, gy, alpha=eta_y * scale))
+        sum_x, sum_y = state["sum_x"] + x_next, None if y is None else state["sum_y"] + y_next
+        t = state["t"] + 1
+        new = {**state, "x": x_next, "y": y_next, "sum_x": sum_x, "sum_y": sum_y, "t": t}
+        if t == length:  # the epoch ends: restart from the averages, the new anchor
+            new = start_epoch(sum_x / t, None if y is None else sum_y / t, epoch + 1)
+        return new, {**row, "epoch": epoch}
+
+    def start_epoch(x_hat: torch.Tensor, y_hat: torch.Tensor | None, epoch: int) -> dict:
+        sum_y = None if y_hat is None else torch.zeros_like(y_hat)
+        return {"x": x_hat, "y": y_hat, "x_hat": x_hat, "y_hat": y_hat, "sum_x": torch.zeros_like(x_hat),
+                "sum_y": sum_y, "t": 0, "epoch": epoch}  # fmt: skip
+
+    info = {"eta_x": eta_x, "eta_y": eta_y, "gamma": gamma, "epoch_iters": epoch_iters, "growth": hp["growth"]}
+    point = lambda s: (s["x_hat"], s["y_hat"])  # noqa: E731
+    return mm.plan(step, start_epoch(mm.x0, mm.y0, 1), point, info, final=lambda s: {"epochs": s["epoch"] - 1})
 
 
-def epoch_gda(
-    problem: DMaxProblem,
-    *,
-    eta_x: float,
-    eta_y: float,
-    gamma: float,
-    epoch_iters: int = 10,
-    growth: str = "constant",
-    iters: int | None = None,
-    seconds: float | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = True,
-    checkpoint: Any = None,
-) -> Result:
+register(
+    Method(
+        "epoch-gda",
+        DMaxProblem,
+        (
+            ETA_X,
+            ETA_Y,
+            Param("gamma", (positive(),), REQUIRED, "the weight of the proximal anchor term"),
+            Param("epoch_iters", (positive(int),), 10, "T_1, the SGDA steps of the first epoch"),
+            Param("growth", (Options(("constant", "linear")),), "constant", "'linear': T_k = k T_1, steps / k"),
+        ),
+        epoch_gda_setup,
+        "Epoch-GDA for weakly-convex-strongly-concave min-max, Yan et al. 2020 (SMAG paper's baseline B3)",
+    )
+)
+
+
+def epoch_gda(problem: DMaxProblem, **options: Any) -> Result:
     """Epoch-GDA for phi weakly convex in x and strongly concave in y (spec B3).
 
     Epoch k, anchored at x_hat: T_k SGDA steps on phi(x, y) + gamma/2 ||x - x_hat||^2 from (x_hat, y_hat),
@@ -207,93 +203,23 @@ def epoch_gda(
 
     then (x_hat, y_hat) <- the averages of the epoch's iterates, where the next epoch starts.
 
-    Parameters
-    ----------
+    Hyperparameters
+    ---------------
     eta_x, eta_y : step sizes of the first epoch.
     gamma : weight of the proximal anchor term (above the weak-convexity modulus; the
         Yang lab's ``epoch_decay``).
     epoch_iters : T_1, the steps of the first epoch (default 10).
     growth : ``"constant"`` (default: T_k = epoch_iters and constant steps, the practical form) or
         ``"linear"`` (the analysis: T_k = k epoch_iters, steps eta / k).
-    iters, seconds, seed, device, dtype, callback, eval_every, progress, checkpoint : as for :func:`sgda`.
 
     Returns the last anchor (x_hat, y_hat), the epoch output of the analysis
     (the starting point while no epoch has completed), and the history (rows
-    also carry ``epoch``).
+    also carry ``epoch``); ``info["epochs"]`` counts the completed epochs.
     """
-    eta_x = positive(eta_x, "eta_x", "the step size of x")
-    eta_y = positive(eta_y, "eta_y", "the step size of y")
-    gamma = positive(gamma, "gamma", "the weight of the proximal anchor term")
-    epoch_iters = positive_int(epoch_iters, "epoch_iters", "SGDA steps per epoch")
-    if growth not in GROWTHS:
-        raise OptionError(f"growth must be 'constant' or 'linear' (T_k = k epoch_iters, steps / k), got {growth!r}")
-    oracle = MinimaxOracle(problem, "epoch-gda", seed, device, dtype)
-    loop = _loop((iters, seconds), callback, eval_every, progress, checkpoint, "epoch-gda")
-    x0, y0 = oracle.start()
-
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, y, x_hat, epoch = state["x"], state["y"], state["x_hat"], state["epoch"]
-        scale = 1.0 if growth == "constant" else 1.0 / epoch
-        length = epoch_iters if growth == "constant" else epoch_iters * epoch
-        gx, gy, phi, gnorm = oracle(x, y, oracle.sample(), k)
-        x_next = x - eta_x * scale * (gx + gamma * (x - x_hat))
-        y_next = None if y is None else oracle.project(torch.add(y, gy, alpha=eta_y * scale))
-        sum_x = state["sum_x"] + x_next
-        sum_y = None if y is None else state["sum_y"] + y_next
-        t = state["t"] + 1
-        new = {**state, "x": x_next, "y": y_next, "sum_x": sum_x, "sum_y": sum_y, "t": t}
-        if t == length:  # the epoch ends: restart from the averages, the new anchor
-            x_hat = sum_x / t
-            y_hat = None if y is None else sum_y / t
-            new = {
-                "x": x_hat,
-                "y": y_hat,
-                "x_hat": x_hat,
-                "y_hat": y_hat,
-                "sum_x": torch.zeros_like(x_hat),
-                "sum_y": None if y is None else torch.zeros_like(y_hat),
-                "t": 0,
-                "epoch": epoch + 1,
-            }
-        return new, {"phi_value": phi, "grad_norm": gnorm, "epoch": epoch}
-
-    state = {
-        "x": x0,
-        "y": y0,
-        "x_hat": x0,
-        "y_hat": y0,
-        "sum_x": torch.zeros_like(x0),
-        "sum_y": None if y0 is None else torch.zeros_like(y0),
-        "t": 0,
-        "epoch": 1,
-    }
-    info = {
-        "method": "epoch-gda",
-        "eta_x": eta_x,
-        "eta_y": eta_y,
-        "gamma": gamma,
-        "epoch_iters": epoch_iters,
-        "growth": growth,
-        "seed": seed,
-        "dtype": str(dtype),
-    }
-    return drive(
-        step,
-        state,
-        loop,
-        generator=oracle.generator,
-        iterate=lambda s: problem.x.build(s["x_hat"]),
-        finish=lambda s, history, info: oracle.finish(
-            s["x_hat"], s["y_hat"], history, {**info, "epochs": s["epoch"] - 1}
-        ),
-        observe=lambda s, k: oracle.observe(s["x_hat"], s["y_hat"]),
-        info=info,
-    )
+    return solve(problem, "epoch-gda", **options)
 
 
 # ------------------------------------------------------------------------------------------------ SOPA
-
-MODES = ("sgd", "adam")
 
 
 def threshold_mask(params: Params, key: str) -> torch.Tensor:
@@ -308,24 +234,51 @@ def threshold_mask(params: Params, key: str) -> torch.Tensor:
     return torch.cat([torch.full((n,), h) for n, h in zip(params.numels, hits)])
 
 
-def sopa(
-    problem: DMaxProblem,
-    *,
-    eta: float,
-    eta_s: float,
-    s_key: str = "s",
-    mode: str = "sgd",
-    betas: tuple[float, float] = (0.9, 0.999),
-    iters: int | None = None,
-    seconds: float | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = True,
-    checkpoint: Any = None,
-) -> Result:
+def sopa_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
+    mm, eta, eta_s, adam = MinMax(problem, run, "sopa"), hp["eta"], hp["eta_s"], hp["mode"] == "adam"
+    mask, (b1, b2), y0 = threshold_mask(problem.x, hp["s_key"]).to(run.device), hp["betas"], mm.y0
+
+    def step(state: dict, k: int) -> tuple[dict, dict]:
+        x = state["x"]
+        gx, _, row = mm.gradients(k, x, y0)
+        g_w, s_step = torch.where(mask, 0.0, gx), torch.where(mask, gx, 0.0) * eta_s
+        new = dict(state)
+        if adam:
+            m = b1 * state["m"] + (1 - b1) * g_w
+            v = b2 * state["v"] + (1 - b2) * g_w * g_w
+            m_hat, v_hat = m / (1 - b1 ** (k + 1)), v / (1 - b2 ** (k + 1))
+            w_step = eta * m_hat / (v_hat.sqrt() + 1e-8)
+            new.update(m=m, v=v)
+        else:
+            w_step = eta * g_w
+        new["x"] = x - w_step - s_step
+        return new, row
+
+    state = {"x": mm.x0}
+    if adam:
+        state.update(m=torch.zeros_like(mm.x0), v=torch.zeros_like(mm.x0))
+    info = {"eta": eta, "eta_s": eta_s, "s_key": hp["s_key"], "mode": hp["mode"]}
+    return mm.plan(step, state, lambda s: (s["x"], y0), info)
+
+
+register(
+    Method(
+        "sopa",
+        DMaxProblem,
+        (
+            Param("eta", (positive(),), REQUIRED, "the step size of the model weights, LibAUC's lr"),
+            Param("eta_s", (positive(),), REQUIRED, "the step size of the CVaR thresholds, LibAUC's eta"),
+            Param("s_key", (Instance((str,), "a string"),), "s", "the name of the thresholds' entry in x0"),
+            Param("mode", (Options(("sgd", "adam")),), "sgd", "the steps on w: 'sgd', or 'adam' as LibAUC's default"),
+            Param("betas", (Pair(Interval(float, 0, 1, "left")),), (0.9, 0.999), "Adam's moment decays"),
+        ),
+        sopa_setup,
+        "SOPA for one-way partial AUC in CVaR form, Zhu et al. 2022 (SMAG paper's baseline B1)",
+    )
+)
+
+
+def sopa(problem: DMaxProblem, **options: Any) -> Result:
     """SOPA for one-way partial AUC in the CVaR form (8) (spec B1; LibAUC ``pAUC_CVaR_Loss`` + ``SOPA``).
 
     x holds the model weights w and the thresholds s (the entry ``s_key`` of x0).
@@ -339,55 +292,14 @@ def sopa(
     y (an adversary) is left at y0: SOPA minimizes phi(x, y0), which is problem (8) when phi was
     built with alpha = 0.
 
-    Parameters
-    ----------
+    Hyperparameters
+    ---------------
     eta : step size of w (LibAUC's lr).
     eta_s : step size of the thresholds (LibAUC's eta).
     s_key : name of the thresholds' entry in x0 (default ``"s"``).
-    mode : ``"sgd"`` (default) or ``"adam"`` (LibAUC's default, with ``betas``).
-    iters, seconds, seed, device, dtype, callback, eval_every, progress, checkpoint : as for :func:`sgda`.
+    mode : ``"sgd"`` (default) or ``"adam"`` (LibAUC's default, with ``betas``, default (0.9, 0.999)).
     """
-    eta = positive(eta, "eta", "the step size of the model weights")
-    eta_s = positive(eta_s, "eta_s", "the step size of the CVaR thresholds")
-    if mode not in MODES:
-        raise OptionError(f"mode must be 'sgd' or 'adam', got {mode!r}")
-    oracle = MinimaxOracle(problem, "sopa", seed, device, dtype)
-    mask = threshold_mask(problem.x, s_key).to(oracle.device)
-    loop = _loop((iters, seconds), callback, eval_every, progress, checkpoint, "sopa")
-    x0, y0 = oracle.start()
-    b1, b2 = betas
-
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x = state["x"]
-        gx, _, phi, gnorm = oracle(x, y0, oracle.sample(), k)
-        g_w = torch.where(mask, 0.0, gx)
-        s_step = torch.where(mask, gx, 0.0) * eta_s
-        new = dict(state)
-        if mode == "sgd":
-            w_step = eta * g_w
-        else:
-            m = b1 * state["m"] + (1 - b1) * g_w
-            v = b2 * state["v"] + (1 - b2) * g_w * g_w
-            m_hat, v_hat = m / (1 - b1 ** (k + 1)), v / (1 - b2 ** (k + 1))
-            w_step = eta * m_hat / (v_hat.sqrt() + 1e-8)
-            new.update(m=m, v=v)
-        new["x"] = x - w_step - s_step
-        return new, {"phi_value": phi, "grad_norm": gnorm}
-
-    state = {"x": x0}
-    if mode == "adam":
-        state.update(m=torch.zeros_like(x0), v=torch.zeros_like(x0))
-    info = {"method": "sopa", "eta": eta, "eta_s": eta_s, "mode": mode, "seed": seed, "dtype": str(dtype)}
-    return drive(
-        step,
-        state,
-        loop,
-        generator=oracle.generator,
-        iterate=lambda s: problem.x.build(s["x"]),
-        finish=lambda s, history, info: oracle.finish(s["x"], y0, history, info),
-        observe=lambda s, k: oracle.observe(s["x"], y0),
-        info=info,
-    )
+    return solve(problem, "sopa", **options)
 
 
-__all__ = ["sgda", "epoch_gda", "sopa", "MinimaxOracle"]
+__all__ = ["sgda", "epoch_gda", "sopa"]

@@ -2,101 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from fullcomp.algorithms.tracked import TrackedModel, check_problem, numpy, positive, positive_int, project
+from fullcomp.algorithms.method import Method, Plan, register, solve
+from fullcomp.algorithms.tracked import SCHEDULE, TrackedModel, numpy, project, warm_factor
 from fullcomp.errors import OptionError
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
-from fullcomp.run import Budget, Loop, Result, drive
-from fullcomp.schedules import Schedule
+from fullcomp.run import Result, RunOptions
 from fullcomp.sets.balls import project_simplex
+from fullcomp.validation import NONE, Options, Param, positive
 
 INNER = ("auto", "dual", "subgradient")
+PARAMS = (
+    Param("M", (positive(), NONE), None, "the quadratic coefficient; None: ||V_0^T g_0 + g_x,0|| / D_X"),
+    Param("inner_iters", (positive(int),), 2, "J, inner iterations per update"),
+    Param("inner", (Options(INNER),), "auto", "'dual' (F = cp.max(u)), 'subgradient' (any F) or 'auto'"),
+    SCHEDULE,
+)
 
 
-def prox_linear(
-    problem: CompositeProblem,
-    *,
-    iters: int | None = None,
-    seconds: float | None = None,
-    M: float | None = None,
-    inner_iters: int = 2,
-    inner: str = "auto",
-    schedule: Schedule | str | Callable | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = True,
-    checkpoint: Any = None,
-) -> Result:
-    """Minimize F(f(x), x) over X by prox-linear steps on the tracked model.
-
-    Each iteration k solves, with ``inner_iters`` = J iterations,
-
-        x_{k+1} ~ argmin_{x in X} F(z_k + V_k (x - x_k), x) + (M/2) ||x - x_k||^2
-
-    and moves there (full update weight), then samples at x_{k+1} and updates
-    V by Polyak (beta) and z by Taylor (rho), as in HMSFW.
-
-    x is kept dense (a projection needs the whole point); a problem declaring
-    ``reads=`` gets its Jacobians, and the model products, on those entries only.
-
-    Inner solvers:
-
-    * "dual" (F = cp.max(u)): projected gradient ascent over the simplex on
-      D(lam) = <lam, z> + <V^T lam, x(lam) - x_k> + (M/2) ||x(lam) - x_k||^2,
-      x(lam) = P_X(x_k - V^T lam / M), a concave function with
-      grad D = z + V (x(lam) - x_k), Lipschitz with ||V||_2^2 / M (the step's
-      inverse).  Returns x(lam_J) at the last ascent iterate: projected gradient
-      ascent is monotone and its last iterate runs ahead of the running mean
-      (duality gap 1.5e-5 against 1.3e-2 after 50 steps on the tests' problem).
-      lam is warm-started from the previous update, whose model is close.
-      J + 1 projections per update.
-    * "subgradient" (any F): projected subgradient steps 2 / (M (t+1)), t = 1..J,
-      on the M-strongly convex subproblem, returning sum_t t x^t / sum_t t
-      (the weighting of Lacoste-Julien, Schmidt and Bach, 2012).  The first
-      step is PSG's with eta = 1/M.  J projections and J subgradients of F.
-
-    Parameters
-    ----------
-    iters, seconds : budget in iterations and/or optimizer seconds (evaluation excluded).
-    M : the quadratic coefficient (the paper's lambda_PL), M >~ L_F L_J.  Default
-        None: the scale-free M = ||V_0^T g_0 + g_x,0|| / D_X (the first linearized
-        step travels one diameter).
-    inner_iters : J, inner iterations per update (default 2, the paper's frozen value).
-    inner : "auto" ("dual" for F = cp.max(u), "subgradient" otherwise), "dual" or "subgradient".
-    schedule : tracker weights, as for :func:`fullcomp.hmsfw` (only beta and rho
-        are used); None is the paper's, "exact" keeps only the newest sample.
-    seed, device, dtype, callback, eval_every, progress, checkpoint : as for :func:`fullcomp.hmsfw`.
-
-    Returns
-    -------
-    Result with ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
-    F(z_k, x_k), ``model_value`` = the subproblem objective at x_{k+1},
-    ``move`` = ||x_{k+1} - x_k||, and for the dual solver ``inner_gap`` = the
-    subproblem's duality gap at (x_{k+1}, lam_J), which bounds both its
-    suboptimality and (M/2) ||x_{k+1} - argmin||^2), and the trackers ``V`` and ``z``.
-    """
-    problem = check_problem(problem, "prox_linear")
-    if M is not None:
-        M = positive(M, "M", "the quadratic coefficient of the prox-linear model")
-    J = positive_int(inner_iters, "inner_iters", "inner iterations per update")
-    if inner not in INNER:
-        raise OptionError(f"inner must be one of {INNER}, got {inner!r}")
-    loop = Loop(Budget(iters, seconds), callback, eval_every, progress, checkpoint, "objective_estimate", "prox-linear")
+def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
+    M, J, inner = hp["M"], hp["inner_iters"], hp["inner"]
     domain, outer = problem.domain, problem.outer
     calculus = OuterCalculus(outer)
     if inner == "dual" and not calculus.plain_max:
         raise OptionError("inner='dual' needs F = cp.max(u) (the simplex dual); use 'subgradient' or 'auto'")
     route = ("dual" if calculus.plain_max else "subgradient") if inner == "auto" else inner
-    generator = torch.Generator(device=device).manual_seed(seed)
-    model = TrackedModel(problem, schedule, iters, device, dtype, generator)
+    model = TrackedModel(problem, hp["schedule"], run)
     read, spread = model.inner.read, model.inner.spread
 
     def as_numpy_x(x: torch.Tensor) -> Any:
@@ -138,17 +73,19 @@ def prox_linear(
         x_next = weighted / (J * (J + 1) / 2)
         return x_next, state["lam"], {"model_value": model_value(state, x_next)}
 
-    solve = dual_ascent if route == "dual" else subgradient_steps
+    inner_solve = dual_ascent if route == "dual" else subgradient_steps
 
     # Set-up (the first sample and the default M), not optimizer time, as for hmsfw.
-    state = {**model.start(), "lam": torch.full((problem.n,), 1.0 / problem.n, dtype=dtype, device=device)}
+    state = {**model.start(), "lam": torch.full((problem.n,), 1.0 / problem.n, dtype=run.dtype, device=run.device)}
     if M is None:
         g0 = calculus.subgradient(numpy(state["z"]), as_numpy_x(state["x"]))
-        first = float(torch.linalg.vector_norm(model.inner.chain_rule(state["V"], g0)))
+        d0 = model.inner.chain_rule(state["V"], g0)
+        first = float(torch.linalg.vector_norm(d0))
         M = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
+        M /= warm_factor(problem, model.inner, state["x"], d0, run.generator)
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
-        x_next, lam, row = solve(state)
+        x_next, lam, row = inner_solve(state)
         row = {
             "objective_estimate": outer.value(numpy(state["z"]), as_numpy_x(state["x"])),
             **row,
@@ -156,32 +93,67 @@ def prox_linear(
         }
         return {**model.advance(state, x_next, k), "lam": lam}, row
 
-    def observe(state: dict, k: int) -> dict:
-        return {"objective_estimate": outer.value(numpy(state["z"]), as_numpy_x(state["x"]))}
+    return model.plan(step, state, {"M": M, "inner_iters": J, "inner": route})
 
-    def finish(state: dict, history, info: dict) -> Result:
-        return Result(state["x"].reshape(domain.shape), history, info, V=state["V"], z=state["z"])
 
-    info = {
-        "method": "prox-linear",
-        "M": M,
-        "inner_iters": J,
-        "inner": route,
-        "schedule": model.schedule.name,
-        "seed": seed,
-        "device": str(device),
-        "dtype": str(dtype),
-    }
-    return drive(
-        step,
-        state,
-        loop,
-        generator=generator,
-        iterate=lambda s: s["x"].reshape(domain.shape),
-        finish=finish,
-        observe=observe,
-        info=info,
+register(
+    Method(
+        "prox-linear",
+        CompositeProblem,
+        PARAMS,
+        setup,
+        "prox-linear steps on the tracked model (HMSFW paper, baseline C2, after Zhang and Xiao)",
     )
+)
+
+
+def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
+    """Minimize F(f(x), x) over X by prox-linear steps on the tracked model.
+
+    Each iteration k solves, with ``inner_iters`` = J iterations,
+
+        x_{k+1} ~ argmin_{x in X} F(z_k + V_k (x - x_k), x) + (M/2) ||x - x_k||^2
+
+    and moves there (full update weight), then samples at x_{k+1} and updates
+    V by Polyak (beta) and z by Taylor (rho), as in HMSFW.
+
+    x is kept dense (a projection needs the whole point); a problem declaring
+    ``reads=`` gets its Jacobians, and the model products, on those entries only.
+
+    Inner solvers:
+
+    * "dual" (F = cp.max(u)): projected gradient ascent over the simplex on
+      D(lam) = <lam, z> + <V^T lam, x(lam) - x_k> + (M/2) ||x(lam) - x_k||^2,
+      x(lam) = P_X(x_k - V^T lam / M), a concave function with
+      grad D = z + V (x(lam) - x_k), Lipschitz with ||V||_2^2 / M (the step's
+      inverse).  Returns x(lam_J) at the last ascent iterate: projected gradient
+      ascent is monotone and its last iterate runs ahead of the running mean
+      (duality gap 1.5e-5 against 1.3e-2 after 50 steps on the tests' problem).
+      lam is warm-started from the previous update, whose model is close.
+      J + 1 projections per update.
+    * "subgradient" (any F): projected subgradient steps 2 / (M (t+1)), t = 1..J,
+      on the M-strongly convex subproblem, returning sum_t t x^t / sum_t t
+      (the weighting of Lacoste-Julien, Schmidt and Bach, 2012).  The first
+      step is PSG's with eta = 1/M.  J projections and J subgradients of F.
+
+    Hyperparameters (shared options as for every method; ``fc.describe("prox-linear")``):
+    M : the quadratic coefficient (the paper's lambda_PL), M >~ L_F L_J.  Default
+        None: the scale-free M = ||V_0^T g_0 + g_x,0|| / D_X (the first linearized
+        step travels one diameter).
+    inner_iters : J, inner iterations per update (default 2, the paper's frozen value).
+    inner : "auto" ("dual" for F = cp.max(u), "subgradient" otherwise), "dual" or "subgradient".
+    schedule : tracker weights, as for :func:`fullcomp.hmsfw` (only beta and rho
+        are used); None is the paper's, "exact" keeps only the newest sample.
+
+    Returns
+    -------
+    Result with ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
+    F(z_k, x_k), ``model_value`` = the subproblem objective at x_{k+1},
+    ``move`` = ||x_{k+1} - x_k||, and for the dual solver ``inner_gap`` = the
+    subproblem's duality gap at (x_{k+1}, lam_J), which bounds both its
+    suboptimality and (M/2) ||x_{k+1} - argmin||^2), and the trackers ``V`` and ``z``.
+    """
+    return solve(problem, "prox-linear", **options)
 
 
 __all__ = ["prox_linear"]

@@ -10,35 +10,260 @@ the resulting estimate G.
 
 from __future__ import annotations
 
-import math
-import numbers
+import os
+import sys
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.func import grad_and_value
 
-from fullcomp.algorithms.tracked import positive
-from fullcomp.errors import ModelError, OptionError, OracleError
-from fullcomp.model.dmax import DMaxProblem, Params, to_run
-from fullcomp.run import Budget, Loop, Result, drive
-from fullcomp.sets.base import Set
+from fullcomp.algorithms.method import Method, Plan, register, solve
+from fullcomp.errors import ModelError, OptionError
+from fullcomp.model.dmax import DMaxProblem, Params
+from fullcomp.oracles.dmax import DMaxOracle
+from fullcomp.run import Result, RunOptions
+from fullcomp.validation import CALLABLE, NONE, REQUIRED, Options, Param, check_params, positive
 
-OUTPUTS = ("last", "random")
+#: A step-size multiplier decay(k), shared with the DC baselines (fc.StepDecay is one).
+DECAY = Param(
+    "decay",
+    (CALLABLE, NONE),
+    None,
+    "multiplier decay(k) of the step sizes at iteration k, e.g. fc.StepDecay((600,)); None: constant",
+)
+
+STEPS = (
+    Param("gamma", (positive(),), REQUIRED, "the Moreau envelope parameter, below 1/delta for delta-weakly convex phi"),
+    Param("eta0", (positive(),), REQUIRED, "the step size of x along the gradient estimate G"),
+    Param("eta1", (positive(),), REQUIRED, "the step size of the proximal and dual estimates"),
+)
+
+PARAMS = (
+    *STEPS,
+    Param(
+        "output",
+        (Options(("last", "random")),),
+        "last",
+        "'last': the final iterates; 'random': those of iteration t-bar uniform on 1..T, as in the theorems",
+    ),
+    DECAY,
+)
+
+HINT = "Lower eta0/eta1 or check phi and psi for overflow (log of 0, division by 0, sqrt at 0)"
 
 
-def run_dtype(dtype: Any) -> torch.dtype:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise OptionError(f"dtype must be a floating torch dtype such as torch.float32 or torch.float64, got {dtype!r}")
-    return dtype
+def proximal_step(v: torch.Tensor, x: torch.Tensor, g: torch.Tensor, eta1: float, gamma: float) -> torch.Tensor:
+    """v - eta1 (g + (v - x)/gamma), as a move toward x and a step along g: two operations instead of five."""
+    return torch.lerp(v, x, eta1 / gamma).add_(g, alpha=-eta1)
 
 
-def run_device(device: Any) -> torch.device:
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError):
-        raise OptionError(f"device must be a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
+def user_stacklevel() -> int:
+    """The stacklevel that points a warning raised by this function's caller at the first line outside fullcomp."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class Algorithm1:
+    """Lines 4-9 of Algorithm 1 (2 and 3 are its reductions): the update ``fc.smag`` and :class:`SMAGStepper` share."""
+
+    def __init__(self, problem: DMaxProblem, hp: dict, run: RunOptions, method: str):
+        self.problem, self.gamma = problem, hp["gamma"]
+        self.oracle = DMaxOracle(problem, run, method)
+        if hp["eta1"] > self.gamma / 2:
+            # Lemma 4.4 needs eta1 <= gamma^2 (1/gamma - delta) / 2, which is at most gamma/2 (delta = 0).
+            warnings.warn(
+                f"eta1={hp['eta1']:g} > gamma/2={self.gamma / 2:g}: the step-size condition "
+                "eta1 <= gamma^2 (1/gamma - delta)/2 of the SMAG analysis fails for every delta >= 0, so x_phi and "
+                "x_psi may not track the proximal points; lower eta1 or raise gamma",
+                UserWarning,
+                stacklevel=user_stacklevel(),  # the user's line: SMAGStepper(...) or fc.smag(...)
+            )
+
+    def start(self) -> dict:
+        """x_0 = x_phi^0 = x_psi^0 from x0; y_0, z_0 from y0, z0 projected onto Y, Z."""
+        s = self.oracle.start()
+        x = s["x"]
+        return {"x": x, "x_phi": x, "x_psi": x, "G": torch.zeros_like(x), "y": s["y"], "z": s["z"]}
+
+    def __call__(self, state: dict, batches: tuple, k: int, eta0: float, eta1: float) -> tuple[dict, dict]:
+        """Iteration t = k on (batch, psi_batch), already on the run's device; returns (next state, row)."""
+        o, gamma, has_psi = self.oracle, self.gamma, self.problem.psi is not None
+        x, x_phi, y, x_psi, z = (state[key] for key in ("x", "x_phi", "y", "x_psi", "z"))
+        g = o.gradients(k, *batches, phi_at=(x_phi, y), psi_at=(x_psi, z) if has_psi else None)
+
+        # Lines 4-5: one stochastic step on min_x' phi(x', y) + ||x' - x_t||^2 / (2 gamma), one ascent step on y.
+        x_phi = proximal_step(x_phi, x, g.phi_x, eta1, gamma)
+        y_up = None if y is None else torch.add(y, g.phi_y, alpha=eta1)
+        # Lines 6-7: the same for psi.  Without psi (Algorithm 3) Psi = 0, whose proximal point is x_t itself.
+        x_psi = proximal_step(x_psi, x, g.psi_x, eta1, gamma) if has_psi else x
+        z_up = None if z is None else torch.add(z, g.psi_z, alpha=eta1)
+        # Line 8: G = (x_t - x_phi)/gamma - (x_t - x_psi)/gamma estimates grad F_gamma(x_t) (eq. (5)).
+        G = (x_psi - x_phi) / gamma
+        # Line 9.
+        x_next = torch.add(x, G, alpha=-eta0)
+
+        # One synchronisation checks every value and update: a non-finite one stops the run before it spreads.
+        phi, psi, g_norm, _, _ = o.check(
+            k,
+            {
+                "phi": g.phi,
+                "psi": g.psi,
+                "the x-gradient of phi or psi": torch.linalg.vector_norm(G),
+                "the y-gradient of phi": None if y_up is None else y_up.sum(),
+                "the z-gradient of psi": None if z_up is None else z_up.sum(),
+            },
+            HINT,
+        )
+        new = {"x": x_next, "x_phi": x_phi, "x_psi": x_psi, "G": G, "y": o.project_y(y_up), "z": o.project_z(z_up)}
+        row = {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi, "grad_estimate_norm": g_norm}
+        return new, {**row, "lr": eta1}
+
+    def values(self, state: dict, batches: tuple) -> tuple[float, float]:
+        """phi(x_phi, y) and psi(x_psi, z) on the given batches (psi = 0 without psi), without gradients."""
+        has_psi = self.problem.psi is not None
+        return self.oracle.values(
+            *batches,
+            phi_at=(state["x_phi"], state["y"]),
+            psi_at=(state["x_psi"], state["z"]) if has_psi else None,
+            where="at the final state",
+        )
+
+
+class OutputRule:
+    """The paper's random output: t-bar uniform on {1, ..., T}, drawn by reservoir sampling.
+
+    T is unknown under a time budget, so iteration t+1 replaces the kept
+    snapshot with probability 1/(t+1); the draws use their own generator so
+    the sampler's stream (and the trajectory) does not depend on ``output``.
+    """
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(int(seed) + 1_000_003)
+
+    def keep(self, k: int) -> bool:
+        return bool(torch.rand((), generator=self.generator) * (k + 1) < 1.0)
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, saved: dict) -> None:
+        self.generator.set_state(saved["generator"])
+
+
+def setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
+    smag_update = Algorithm1(problem, hp, run, "smag")
+    oracle, output, rule = smag_update.oracle, hp["output"], OutputRule(run.seed)
+    eta0, eta1, decay = hp["eta0"], hp["eta1"], hp["decay"]
+
+    def step(state: dict, k: int) -> tuple[dict, dict]:
+        scale = 1.0 if decay is None else decay(k)
+        new, row = smag_update(state, oracle.draw(run.generator), k, eta0 * scale, eta1 * scale)
+        if output == "random":
+            # Snapshot t-bar = k+1: x_{t-bar-1} with the estimates x_phi, x_psi, y, z it produced.
+            pick = {**new, "x": state["x"], "t": k + 1}
+            new["pick"] = pick if rule.keep(k) else state.get("pick")
+        return new, row
+
+    def chosen(state: dict) -> dict:
+        """The iterates the result holds: the final ones, or the random output's snapshot."""
+        return (state.get("pick") if output == "random" else None) or state
+
+    def observe(state: dict, k: int) -> dict:
+        """The final state's row: exact values on the full batches, else on one fixed fresh draw."""
+        phi, psi = smag_update.values(state, oracle.reference_batches())
+        g_norm = float(state["G"].norm())
+        return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi, "grad_estimate_norm": g_norm}
+
+    def objective(state: dict) -> float:
+        """Phi(x) - Psi(x) at the result's x for a DC problem; else phi(x_phi, y) - psi(x_psi, z), exact batches."""
+        s = chosen(state)
+        if problem.algorithm == 2:
+            phi, psi = oracle.values(*oracle.exact_batches(), phi_at=s["x"], psi_at=s["x"], where="at x")
+        else:
+            phi, psi = smag_update.values(s, oracle.exact_batches())
+        return phi - psi
+
+    def finish(state: dict, history: Any, info: dict) -> Result:
+        s = chosen(state)
+        info["output_index"] = s.get("t", info.get("iterations"))
+        x = problem.x
+        return Result(
+            x.build(s["x"]),
+            history,
+            info,
+            x_phi=x.build(s["x_phi"]),
+            x_psi=None if problem.psi is None else x.build(s["x_psi"]),
+            y=_build(problem.y, s["y"]),
+            z=_build(problem.z, s["z"]),
+            G=s["G"].detach().clone(),
+        )
+
+    state = smag_update.start()
+    if output == "random":
+        state["pick"] = None
+    info = {"algorithm": problem.algorithm, "gamma": hp["gamma"], "eta0": eta0, "eta1": eta1, "output": output}
+    return Plan(
+        step,
+        state,
+        iterate=lambda s: problem.x.build(s["x"]),
+        finish=finish,
+        observe=observe,
+        objective=objective if oracle.exact else None,
+        components={"output": rule},
+        info={**info, "decay": None if decay is None else repr(decay)},
+        progress_key="grad_estimate_norm",
+    )
+
+
+SMAG = register(
+    Method(
+        "smag",
+        DMaxProblem,
+        PARAMS,
+        setup,
+        "stochastic Moreau envelope approximate gradient on max phi - max psi (SMAG paper, Algorithms 1-3)",
+    )
+)
+
+
+def smag(problem: DMaxProblem, **options: Any) -> Result:
+    """Minimize F(x) = max_y phi(x, y) - max_z psi(x, z) with SMAG (Algorithm 1; 2 and 3 as special cases).
+
+    Each iteration draws one batch (shared by phi and psi unless the problem
+    has ``psi_sampler``) and performs, with eta0_k = eta0 decay(k) and eta1_k = eta1 decay(k),
+
+        x_phi <- x_phi - eta1_k (d_x phi(x_phi, y) + (x_phi - x)/gamma);  y <- P_Y(y + eta1_k d_y phi(x_phi, y))
+        x_psi <- x_psi - eta1_k (d_x psi(x_psi, z) + (x_psi - x)/gamma);  z <- P_Z(z + eta1_k d_z psi(x_psi, z))
+        G <- (x_psi - x_phi)/gamma;  x <- x - eta0_k G
+
+    Hyperparameters
+    ---------------
+    gamma : Moreau envelope parameter, below 1/delta for delta-weakly convex phi, psi.
+    eta0, eta1 : step sizes of x and of (x_phi, y, x_psi, z); the analysis takes
+        eta1 <= gamma^2 (1/gamma - delta)/2 (a warning fires when eta1 > gamma/2)
+        and eta0 proportional to eta1.
+    output : "last" (default) returns the final iterates; "random" returns x_phi, x_psi, y, z
+        of iteration t-bar uniform on {1..T} and x = x_{t-bar - 1}, as in Theorem 4.5.
+    decay : multiplier decay(k) of both step sizes (e.g. ``fc.StepDecay((600, 1200))``); None: constant.
+
+    Shared options (``fc.describe("smag")`` lists them): iters, seconds, seed
+    (of the ``torch.Generator`` handed to the sampler), device, dtype (default:
+    the problem's, from x0; floating tensors in each batch are moved there),
+    callback (``iterate.x`` is x in x0's container, ``iterate.state`` the flat
+    vectors), eval_every, progress, checkpoint.
+
+    Returns a Result with ``x``, ``x_phi``, ``x_psi`` (in x0's container), ``y``, ``z``
+    (None where absent), ``G`` and ``history`` rows ``k``, ``time``, ``phi_value``,
+    ``psi_value`` (sampled values at x_phi, x_psi), ``objective_estimate`` (their
+    difference), ``grad_estimate_norm`` = ||G_{k+1}|| and ``lr`` = eta1_k; the last row
+    describes the final state, with exact values when the problem has ``full_batch``
+    or no sampler, when ``objective`` (Phi - Psi at x for a DC problem, else
+    phi(x_phi, y) - psi(x_psi, z) on the full batches) is recorded too.
+    """
+    return solve(problem, "smag", **options)
 
 
 class SMAGStepper:
@@ -47,10 +272,12 @@ class SMAGStepper:
     ``opt.step(batch)`` performs lines 4-9 of Algorithm 1 on ``batch`` (drawn
     from the problem's sampler when omitted) and returns the history row.
     The iterates are ``opt.x``, ``opt.x_phi``, ``opt.x_psi``, ``opt.y``,
-    ``opt.z`` in the containers the problem was declared with.
+    ``opt.z`` in the containers the problem was declared with; ``opt.eta0`` and
+    ``opt.eta1`` may be changed between steps.
 
     ``fc.smag`` runs exactly these updates inside the shared loop, so a
-    stepper fed the same batches follows the same trajectory.
+    stepper fed the same batches follows the same trajectory.  ``dtype``
+    defaults to the problem's, as for ``fc.smag``.
     """
 
     def __init__(
@@ -60,143 +287,24 @@ class SMAGStepper:
         gamma: float,
         eta0: float,
         eta1: float,
-        seed: int = 0,
+        seed: Any = 0,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        _stacklevel: int = 2,
+        dtype: torch.dtype | None = None,
     ):
         if not isinstance(problem, DMaxProblem):
-            raise ModelError(f"SMAG needs a fc.DMaxProblem, got {type(problem).__name__}")
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise OptionError(f"seed must be an int, got {seed!r}")
-        self.problem = problem
-        self.gamma = positive(gamma, "gamma", "the Moreau envelope parameter, below 1/(weak-convexity modulus)")
-        self.eta0 = positive(eta0, "eta0", "the step size of x along the gradient estimate G")
-        self.eta1 = positive(eta1, "eta1", "the step size of the proximal and dual estimates")
-        if self.eta1 > self.gamma / 2:
-            # Lemma 4.4 needs eta1 <= gamma^2 (1/gamma - delta) / 2, which is at most gamma/2 (delta = 0).
-            warnings.warn(
-                f"eta1={self.eta1:g} > gamma/2={self.gamma / 2:g}: the step-size condition "
-                "eta1 <= gamma^2 (1/gamma - delta)/2 of the SMAG analysis fails for every delta >= 0, so x_phi and "
-                "x_psi may not track the proximal points; lower eta1 or raise gamma",
-                UserWarning,
-                stacklevel=_stacklevel,  # the user's line: SMAGStepper(...) or fc.smag(...)
-            )
-        self.device, self.dtype = run_device(device), run_dtype(dtype)
-        try:
-            self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
-        except RuntimeError as exc:
-            raise OptionError(f"device {device!r} is not usable here ({exc}); pass device='cpu'") from None
-        self._grads = self._gradients()
-        self.state = self.initial_state()
+            raise ModelError(f"SMAGStepper needs a fc.DMaxProblem, got {type(problem).__name__}")
+        hp = check_params(STEPS, {"gamma": gamma, "eta0": eta0, "eta1": eta1}, "SMAGStepper")
+        # The shared options' own checks; a stepper has no budget, so one iteration stands in for it.
+        run = RunOptions.resolve(problem, "SMAGStepper", {"seed": seed, "device": device, "dtype": dtype, "iters": 1})
+        self.problem, self.gamma, self.eta0, self.eta1 = problem, hp["gamma"], hp["eta0"], hp["eta1"]
+        self.device, self.dtype, self.generator = run.device, run.dtype, run.generator
+        self._update = Algorithm1(problem, hp, run, "SMAGStepper")
+        self.state = self._update.start()
         self.k = 0  # iterations done by step()
-        self._at = 0  # the iteration being computed, for error messages
-
-    # -- the stochastic (sub)gradients, from torch.func -----------------------
-
-    def _scalar(self, out: Any, name: str) -> torch.Tensor:
-        if not isinstance(out, torch.Tensor) or out.numel() != 1:
-            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise OracleError(
-                f"{name} returned {shape} at iteration {self._at}; it must return a scalar (use .mean() or .sum())"
-            )
-        return out if out.dim() == 0 else out.reshape(())
-
-    def _gradients(self) -> Callable:
-        """The stochastic (sub)gradients of lines 4-7 at (x_phi, y) and (x_psi, z), from one torch.func call.
-
-        phi(x_phi, y) + psi(x_psi, z) separates across the blocks, so its gradient with
-        respect to each block is exactly the partial gradient the algorithm needs, and
-        one transform and backward pass cost less than two.
-        """
-        p = self.problem
-
-        def total(blocks: dict, batch: Any, psi_batch: Any) -> tuple[torch.Tensor, tuple]:
-            phi = self._scalar(p.phi_value(p.x.view(blocks["x_phi"]), view(p.y, blocks.get("y")), batch), "phi")
-            if p.psi is None:
-                return phi, (phi, torch.zeros_like(phi))
-            psi = self._scalar(p.psi_value(p.x.view(blocks["x_psi"]), view(p.z, blocks.get("z")), psi_batch), "psi")
-            return phi + psi, (phi, psi)
-
-        return grad_and_value(total, has_aux=True)
-
-    def initial_state(self) -> dict:
-        """x_0 = x_phi^0 = x_psi^0 from x0; y_0, z_0 from y0, z0 projected onto Y, Z."""
-        p = self.problem
-        x = p.x.flat(self.dtype, self.device)
-        state = {"x": x, "x_phi": x, "x_psi": x, "G": torch.zeros_like(x), "y": None, "z": None}
-        if p.y is not None:
-            state["y"] = self._project(p.Y, p.y.flat(self.dtype, self.device))
-        if p.z is not None:
-            state["z"] = self._project(p.Z, p.z.flat(self.dtype, self.device))
-        return state
-
-    @staticmethod
-    def _project(domain: Set | None, v: torch.Tensor) -> torch.Tensor:
-        return v if domain is None else domain.project(v.view(domain.shape)).reshape(-1)
-
-    # -- Algorithm 1 (2 and 3 are its reductions) ------------------------------
 
     def update(self, state: dict, batch: Any, psi_batch: Any, k: int) -> tuple[dict, dict]:
-        """One iteration t = k of Algorithm 1 on the given batches; returns (next state, history row)."""
-        p, gamma, eta0, eta1 = self.problem, self.gamma, self.eta0, self.eta1
-        self._at = k
-        shared = psi_batch is batch
-        batch = to_run(batch, self.dtype, self.device)
-        psi_batch = batch if shared else to_run(psi_batch, self.dtype, self.device)
-        x, x_phi, y, x_psi, z = (state[key] for key in ("x", "x_phi", "y", "x_psi", "z"))
-        blocks = {"x_phi": x_phi, "y": y} if p.psi is None else {"x_phi": x_phi, "y": y, "x_psi": x_psi, "z": z}
-        grads, (_, (phi_value, psi_value)) = self._grads(
-            {key: v for key, v in blocks.items() if v is not None}, batch, psi_batch
-        )
-
-        # Lines 4-5: one stochastic step on min_x' phi(x', y) + ||x' - x_t||^2 / (2 gamma), one ascent step on y.
-        x_phi = proximal_step(x_phi, x, grads["x_phi"], eta1, gamma)
-        y_ascent = None if y is None else torch.add(y, grads["y"], alpha=eta1)
-
-        # Lines 6-7: the same for psi.  Without psi (Algorithm 3) Psi = 0, whose proximal point is x_t itself.
-        if p.psi is None:
-            x_psi, z_ascent = x, None
-        else:
-            x_psi = proximal_step(x_psi, x, grads["x_psi"], eta1, gamma)
-            z_ascent = None if z is None else torch.add(z, grads["z"], alpha=eta1)
-
-        # Line 8: G = (x_t - x_phi)/gamma - (x_t - x_psi)/gamma estimates grad F_gamma(x_t) (eq. (5)).
-        G = (x_psi - x_phi) / gamma
-        # Line 9.
-        x_next = torch.add(x, G, alpha=-eta0)
-
-        # One synchronisation checks every value and update: a non-finite one stops the run before it spreads.
-        stats = [phi_value, psi_value, torch.linalg.vector_norm(G)]
-        stats += [v.sum() for v in (y_ascent, z_ascent) if v is not None]
-        values = torch.stack(stats).tolist()
-        self._check_finite(values, y_ascent is not None, k)
-
-        y_next = None if y_ascent is None else self._project(p.Y, y_ascent)
-        z_next = None if z_ascent is None else self._project(p.Z, z_ascent)
-        new = {"x": x_next, "x_phi": x_phi, "x_psi": x_psi, "G": G, "y": y_next, "z": z_next}
-        row = {"phi_value": values[0], "psi_value": values[1], "grad_estimate_norm": values[2]}
-        return new, row
-
-    def _check_finite(self, values: list[float], has_y: bool, k: int) -> None:
-        if all(math.isfinite(v) for v in values):
-            return
-        phi, psi, g, *duals = values
-        if not math.isfinite(phi):
-            what = f"phi returned a non-finite value ({phi})"
-        elif not math.isfinite(psi):
-            what = f"psi returned a non-finite value ({psi})"
-        elif not math.isfinite(g):
-            what = "the x-gradient of phi or psi is non-finite"
-        else:
-            names = (["the y-gradient of phi"] if has_y else []) + ["the z-gradient of psi"]
-            what = " and ".join(n for n, v in zip(names, duals) if not math.isfinite(v)) + " is non-finite"
-        raise OracleError(
-            f"{what} at iteration {k}; the run stopped and exc.result holds the last finite state. "
-            "Lower eta0/eta1 or check phi and psi for overflow (log of 0, division by 0, sqrt at 0)"
-        )
-
-    # -- the step-by-step interface --------------------------------------------
+        """One iteration t = k of Algorithm 1 on the given batches with the current eta0, eta1."""
+        return self._update(state, self._update.oracle.to_run(batch, psi_batch), k, self.eta0, self.eta1)
 
     def step(self, batch: Any = None, psi_batch: Any = None) -> dict:
         """One SMAG iteration; ``batch`` defaults to a draw from the problem's sampler (``full_batch`` without one).
@@ -216,8 +324,7 @@ class SMAGStepper:
         return {"k": k, **row}
 
     def _get(self, key: str, params: Params | None) -> Any:
-        value = self.state[key]
-        return None if value is None or params is None else params.build(value)
+        return _build(params, self.state[key])
 
     @property
     def x(self) -> Any:
@@ -264,169 +371,8 @@ class SMAGStepper:
         self.generator.set_state(saved["generator"])
 
 
-def proximal_step(v: torch.Tensor, x: torch.Tensor, g: torch.Tensor, eta1: float, gamma: float) -> torch.Tensor:
-    """v - eta1 (g + (v - x)/gamma), as a move toward x and a step along g: two operations instead of five."""
-    return torch.lerp(v, x, eta1 / gamma).add_(g, alpha=-eta1)
+def _build(params: Params | None, flat: torch.Tensor | None) -> Any:
+    return None if params is None or flat is None else params.build(flat)
 
 
-class OutputRule:
-    """The paper's random output: t-bar uniform on {1, ..., T}, drawn by reservoir sampling.
-
-    T is unknown under a time budget, so iteration t+1 replaces the kept
-    snapshot with probability 1/(t+1); the draws use their own generator so
-    the sampler's stream (and the trajectory) does not depend on ``output``.
-    """
-
-    def __init__(self, seed: int):
-        self.generator = torch.Generator().manual_seed(int(seed) + 1_000_003)
-
-    def keep(self, k: int) -> bool:
-        return bool(torch.rand((), generator=self.generator) * (k + 1) < 1.0)
-
-    def state_dict(self) -> dict:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict(self, saved: dict) -> None:
-        self.generator.set_state(saved["generator"])
-
-
-def smag(
-    problem: DMaxProblem,
-    *,
-    gamma: float,
-    eta0: float,
-    eta1: float,
-    iters: int | None = None,
-    seconds: float | None = None,
-    output: str = "last",
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = True,
-    checkpoint: Any = None,
-) -> Result:
-    """Minimize F(x) = max_y phi(x, y) - max_z psi(x, z) with SMAG (Algorithm 1; 2 and 3 as special cases).
-
-    Each iteration draws one batch (shared by phi and psi unless the problem
-    has ``psi_sampler``) and performs
-
-        x_phi <- x_phi - eta1 (d_x phi(x_phi, y) + (x_phi - x)/gamma);  y <- P_Y(y + eta1 d_y phi(x_phi, y))
-        x_psi <- x_psi - eta1 (d_x psi(x_psi, z) + (x_psi - x)/gamma);  z <- P_Z(z + eta1 d_z psi(x_psi, z))
-        G <- (x_psi - x_phi)/gamma;  x <- x - eta0 G
-
-    Parameters
-    ----------
-    gamma : Moreau envelope parameter, below 1/delta for delta-weakly convex phi, psi.
-    eta0, eta1 : step sizes of x and of (x_phi, y, x_psi, z); the analysis takes
-        eta1 <= gamma^2 (1/gamma - delta)/2 (a warning fires when eta1 > gamma/2)
-        and eta0 proportional to eta1.
-    iters, seconds : budget in iterations and/or optimizer seconds (evaluation excluded).
-    output : "last" returns the final iterates; "random" returns x_phi, x_psi, y, z
-        of iteration t-bar uniform on {1..T} and x = x_{t-bar - 1}, as in Theorem 4.5.
-    seed : seeds the ``torch.Generator`` handed to the sampler.
-    device, dtype : where and in which precision the iterates live; floating
-        tensors in each batch are moved there.
-    callback : ``callback(iterate) -> dict | None | False`` every ``eval_every``
-        iterations, outside optimizer time (``iterate.x`` is x in x0's container,
-        ``iterate.state`` the flat vectors).
-    checkpoint : path or :class:`~fullcomp.run.Checkpoint`; an existing one is resumed.
-
-    Returns
-    -------
-    Result with ``x``, ``x_phi``, ``x_psi`` (in x0's container), ``y``, ``z``
-    (None where absent), ``G`` and ``history`` rows ``k``, ``time``, ``phi_value``,
-    ``psi_value`` (sampled values at x_phi, x_psi) and ``grad_estimate_norm`` =
-    ||G_{k+1}||; the last row describes the final state, with exact values when
-    the problem has ``full_batch`` or no sampler.
-    """
-    if not isinstance(problem, DMaxProblem):
-        raise ModelError(f"smag needs a fc.DMaxProblem, got {type(problem).__name__}")
-    if output not in OUTPUTS:
-        raise OptionError(
-            f"output must be 'last' (final iterate) or 'random' (t-bar uniform, as in the theorems), got {output!r}"
-        )
-    loop = Loop(Budget(iters, seconds), callback, eval_every, progress, checkpoint, "grad_estimate_norm", "smag")
-    stepper = SMAGStepper(
-        problem, gamma=gamma, eta0=eta0, eta1=eta1, seed=seed, device=device, dtype=dtype, _stacklevel=3
-    )
-    rule = OutputRule(seed)
-    generator = stepper.generator
-
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        batch, psi_batch = problem.sample(generator)
-        new, row = stepper.update(state, batch, psi_batch, k)
-        if output == "random":
-            # Snapshot t-bar = k+1: x_{t-bar-1} with the estimates x_phi, x_psi, y, z it produced.
-            pick = {**new, "x": state["x"], "t": k + 1}
-            new["pick"] = pick if rule.keep(k) else state.get("pick")
-        return new, row
-
-    def observe(state: dict, k: int) -> dict:
-        """The final row, at the final state: exact values on the full batches, else on one fresh draw."""
-        batch, psi_batch = problem.full_batch, problem.psi_full_batch
-        if psi_batch is None and not problem.separate_samplers:
-            psi_batch = batch
-        if problem.stochastic and (batch is None or psi_batch is None):
-            # A generator of its own, so the run's stream (and a resumed run) stays untouched.
-            drawn = problem.sample(torch.Generator(device=stepper.device).manual_seed(int(seed) + 2_000_003))
-            batch = drawn[0] if batch is None else batch
-            psi_batch = drawn[1] if psi_batch is None else psi_batch
-        x, run = problem.x, lambda b: to_run(b, stepper.dtype, stepper.device)  # noqa: E731
-        with torch.no_grad():
-            phi = problem.phi_value(x.view(state["x_phi"]), view(problem.y, state["y"]), run(batch))
-            psi = 0.0
-            if problem.psi is not None:
-                psi = problem.psi_value(x.view(state["x_psi"]), view(problem.z, state["z"]), run(psi_batch))
-        return {"phi_value": float(phi), "psi_value": float(psi), "grad_estimate_norm": float(state["G"].norm())}
-
-    def finish(state: dict, history, info: dict) -> Result:
-        chosen = state.get("pick") if output == "random" else None
-        if chosen is None:
-            chosen = state
-        info["output_index"] = chosen.get("t", info.get("iterations"))
-        x = problem.x
-        return Result(
-            x.build(chosen["x"]),
-            history,
-            info,
-            x_phi=x.build(chosen["x_phi"]),
-            x_psi=None if problem.psi is None else x.build(chosen["x_psi"]),
-            y=None if problem.y is None else problem.y.build(chosen["y"]),
-            z=None if problem.z is None else problem.z.build(chosen["z"]),
-            G=chosen["G"].detach().clone(),
-        )
-
-    state = stepper.state
-    if output == "random":
-        state = {**state, "pick": None}
-    info = {
-        "method": "smag",
-        "algorithm": problem.algorithm,
-        "gamma": stepper.gamma,
-        "eta0": stepper.eta0,
-        "eta1": stepper.eta1,
-        "output": output,
-        "seed": seed,
-        "device": str(stepper.device),
-        "dtype": str(stepper.dtype),
-    }
-    return drive(
-        step,
-        state,
-        loop,
-        generator=generator,
-        iterate=lambda s: problem.x.build(s["x"]),
-        finish=finish,
-        observe=observe,
-        components={"output": rule},
-        info=info,
-    )
-
-
-def view(params: Params | None, flat: torch.Tensor | None) -> Any:
-    return None if params is None else params.view(flat)
-
-
-__all__ = ["smag", "SMAGStepper"]
+__all__ = ["smag", "SMAGStepper", "DECAY"]

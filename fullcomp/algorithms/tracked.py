@@ -7,39 +7,79 @@ so that the baselines differ from HMSFW only in how they move x.
 
 from __future__ import annotations
 
-import math
-import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.subgradient import OuterGradient
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle, check_inner_output
-from fullcomp.schedules import Schedule, resolve
+from fullcomp.run import Plan, Result, RunOptions
+from fullcomp.schedules import THEORY, Schedule, resolve
 from fullcomp.sets.base import Set
 from fullcomp.trackers import polyak, taylor
+from fullcomp.validation import CALLABLE, NONE, Instance, Options, Param
+
+#: The tracker-weight option shared by every composite method.
+SCHEDULE = Param(
+    "schedule",
+    (Instance((Schedule,), "a fc.Schedule"), Options(("paper", "exact", "vanilla", *THEORY)), CALLABLE, NONE),
+    None,
+    "step and tracker weights: None (the paper's), 'exact', 'vanilla', a theory schedule, a fc.Schedule or "
+    "k -> (gamma, beta, rho)",
+)
 
 
-def positive(value: Any, name: str, meaning: str) -> float:
-    """``value`` as a float, or an OptionError naming the option when it is not a positive finite number."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
-        raise OptionError(f"{name} must be a positive number ({meaning}), got {value!r}")
-    return float(value)
+def true_objective(
+    problem: CompositeProblem, values: Callable[[dict], torch.Tensor], point: Callable
+) -> Callable | None:
+    """phi at a state on ``full_batch`` (or the deterministic map); None when the problem cannot compute it.
+
+    ``values(state)`` is what the map reads (the flat point, or its values at ``reads``) and
+    ``point(state)`` the dense point as numpy, read only when F depends on x.
+    """
+    if problem.stochastic and problem.full_batch is None:
+        return None
+    outer, n, shape = problem.outer, problem.n, problem.domain.shape
+
+    def objective(state: dict) -> float:
+        read = values(state)
+        with torch.no_grad():
+            out = problem.inner(read.reshape(shape) if problem.reads is None else read, problem.full_batch)
+        u = check_inner_output(out, n, "evaluating the objective")
+        return outer.value(numpy(u), point(state) if outer.depends_on_x else None)
+
+    return objective
 
 
-def positive_int(value: Any, name: str, meaning: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise OptionError(f"{name} must be a positive int ({meaning}), got {value!r}")
-    return int(value)
+#: Halvings of the first step that a warm start tries (as HMSFW's first-step line search).
+WARM_HALVINGS = 10
 
 
-def check_problem(problem: Any, method: str) -> CompositeProblem:
-    if not isinstance(problem, CompositeProblem):
-        raise ModelError(f"{method} needs a fc.CompositeProblem, got {type(problem).__name__}")
-    return problem
+def warm_factor(problem: CompositeProblem, inner: InnerMap, x: torch.Tensor, d: torch.Tensor, generator: Any) -> float:
+    """t in {1, 1/2, ..., 2^-10} scaling a first move of one diameter along -d: 1 from the default start, and from
+    a warm start the best t for phi(P_X(x - t D d / ||d||)) on one batch (``full_batch`` when there is one).
+
+    The scale-free defaults of PSG (eta), prox-linear (M) and LiNASA (beta) move the first iterate one
+    diameter, which from a start the user chose would throw it away.
+    """
+    domain, outer = problem.domain, problem.outer
+    norm = float(torch.linalg.vector_norm(d))
+    if not problem.warm_start or norm == 0 or domain.diameter == 0:
+        return 1.0
+    batch = (
+        problem.full_batch if problem.full_batch is not None or not problem.stochastic else problem.sample(generator)
+    )
+    factors = [2.0**-i for i in range(WARM_HALVINGS + 1)]
+    values = []
+    for point in [x] + [project(domain, x - (t * domain.diameter / norm) * d) for t in factors]:
+        u = numpy(inner.value(point, batch, 0))
+        values.append(outer.value(u, numpy(point).reshape(domain.shape) if outer.depends_on_x else None))
+    best = int(np.argmin(values[1:]))
+    # When no trial beats the start, the smallest keeps the first move within 2^-10 diameters.
+    return factors[best] if values[1 + best] <= values[0] else factors[-1]
 
 
 def numpy(t: torch.Tensor) -> np.ndarray:
@@ -109,18 +149,10 @@ class TrackedModel:
     only the newest sample.
     """
 
-    def __init__(
-        self,
-        problem: CompositeProblem,
-        schedule: Any,
-        iters: int | None,
-        device: str | torch.device,
-        dtype: torch.dtype,
-        generator: torch.Generator,
-    ):
-        self.problem, self.device, self.dtype, self.generator = problem, device, dtype, generator
-        self.schedule: Schedule = resolve(schedule, iters=iters, exact=False)
-        self.inner = InnerMap(problem, device, dtype)
+    def __init__(self, problem: CompositeProblem, schedule: Any, run: RunOptions):
+        self.problem, self.device, self.dtype, self.generator = problem, run.device, run.dtype, run.generator
+        self.schedule: Schedule = resolve(schedule, iters=run.budget.iters, exact=False)
+        self.inner = InnerMap(problem, run.device, run.dtype)
 
     def start(self) -> dict:
         """Sample at x_0: {"x", "x_prev", "V", "z"} with V_0, z_0 the first sample."""
@@ -136,5 +168,28 @@ class TrackedModel:
         z = taylor(state["z"], V, self.inner.read(x_next), self.inner.read(state["x"]), value, rho)
         return {**state, "x": x_next, "x_prev": state["x"], "V": V, "z": z}
 
+    def plan(self, step: Callable, state: dict, info: dict) -> Plan:
+        """The driver's plan for a method that moves a dense x on this model: its result holds x, V and z."""
+        problem, outer, shape = self.problem, self.problem.outer, self.problem.domain.shape
 
-__all__ = ["TrackedModel", "InnerMap", "positive", "positive_int", "check_problem", "numpy", "project"]
+        def estimate(state: dict, k: int) -> dict:
+            dense = numpy(state["x"]).reshape(shape) if outer.depends_on_x else None
+            return {"objective_estimate": outer.value(numpy(state["z"]), dense)}
+
+        def finish(state: dict, history: Any, info: dict) -> Result:
+            return Result(state["x"].reshape(shape), history, info, V=state["V"], z=state["z"])
+
+        return Plan(
+            step,
+            state,
+            iterate=lambda s: s["x"].reshape(shape),
+            finish=finish,
+            observe=estimate,
+            objective=true_objective(
+                problem, lambda s: self.inner.read(s["x"]), lambda s: numpy(s["x"]).reshape(shape)
+            ),
+            info={**info, "schedule": self.schedule.name},
+        )
+
+
+__all__ = ["TrackedModel", "InnerMap", "SCHEDULE", "true_objective", "numpy", "project"]

@@ -111,21 +111,21 @@ _FB = {"glmo_tol": None}
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("hmsfw-i", "HMSFW I", hmsfw, {"variant": "polyak", "method": "hmsfw-i"}, ("pool",)),
+        Method("hmsfw-i", "HMSFW I", hmsfw, {"variant": "polyak"}, ("pool",)),
         Method(
             "hmsfw-i-fb",
             "HMSFW I FB",
             hmsfw,
-            {"variant": "polyak", "method": "hmsfw-i-fb", **_FB},
+            {"variant": "polyak", **_FB},
             ("max_pricing", "pool"),
             True,
         ),
-        Method("hmsfw-ii", "HMSFW II", hmsfw, {"variant": "taylor", "method": "hmsfw-ii"}, ("pool",)),
+        Method("hmsfw-ii", "HMSFW II", hmsfw, {"variant": "taylor"}, ("pool",)),
         Method(
             "hmsfw-ii-fb",
             "HMSFW II FB",
             hmsfw,
-            {"variant": "taylor", "method": "hmsfw-ii-fb", **_FB},
+            {"variant": "taylor", **_FB},
             ("max_pricing", "pool"),
             True,
         ),

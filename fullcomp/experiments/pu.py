@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
-from fullcomp.algorithms.smag import SMAGStepper
+from fullcomp.algorithms.smag import smag
 from fullcomp.datasets import images
 from fullcomp.datasets.images import ImageData
 from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, accuracy, pu_problem, pu_risk, pu_split
@@ -55,7 +55,7 @@ from fullcomp.experiments.protocol import (
 )
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.report import protocol_runs
-from fullcomp.run import Budget, History, Loop, Result, drive, write_atomic
+from fullcomp.run import History, Result, write_atomic
 
 #: Tag written into every run's summary.json, so tables() reads only this protocol's folders.
 PROTOCOL = "pu"
@@ -148,7 +148,7 @@ def smag_run(
     eval_every: int | None = None,
     progress: bool = False,
 ) -> Result:
-    """SMAG (Algorithm 2) with the protocol's learning-rate decay, through :class:`fc.SMAGStepper`.
+    """SMAG (Algorithm 2) with the protocol's learning-rate decay: ``fc.smag(..., decay=decay)``.
 
     The updates are exactly ``fc.smag``'s, with eta0 and eta1 both multiplied by ``decay(k)``.
     The output (``x``) is x_phi, as Algorithm 2 returns; ``x_t`` is the outer iterate.
@@ -156,32 +156,21 @@ def smag_run(
     with warnings.catch_warnings():
         # The grid includes eta1 > gamma/2, outside the analysis; the tuning decides, not a warning per run.
         warnings.simplefilter("ignore", UserWarning)
-        stepper = SMAGStepper(problem, gamma=gamma, eta0=eta0, eta1=eta1, seed=seed)
-    decay = decay or StepDecay()
-
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        # Both rates: the analysis takes eta0 proportional to eta1, and decaying eta1 alone lets x run
+        # Both rates decay: the analysis takes eta0 proportional to eta1, and decaying eta1 alone lets x run
         # ahead of the slowed proximal estimates (measured on digits: x_t's objective then grows).
-        stepper.eta0, stepper.eta1 = eta0 * decay(k), eta1 * decay(k)
-        batch, psi_batch = problem.sample(stepper.generator)
-        new, row = stepper.update(state, batch, psi_batch, k)
-        return new, {"objective_estimate": row["phi_value"] - row["psi_value"], **row, "lr": stepper.eta1}
-
-    def finish(state: dict, history: History, info: dict) -> Result:
-        build = problem.x.build
-        return Result(build(state["x_phi"]), history, info, x_t=build(state["x"]), x_psi=build(state["x_psi"]))
-
-    loop = Loop(Budget(iters, None), callback, eval_every, progress, None, "grad_estimate_norm", "smag")
-    info = {"method": "smag", "output": "x_phi", "gamma": gamma, "eta0": eta0, "eta1": eta1, "seed": seed}
-    return drive(
-        step,
-        stepper.state,
-        loop,
-        generator=stepper.generator,
-        iterate=lambda s: problem.x.build(s["x_phi"]),
-        finish=finish,
-        info=info,
-    )
+        res = smag(
+            problem,
+            gamma=gamma,
+            eta0=eta0,
+            eta1=eta1,
+            decay=decay,
+            iters=iters,
+            seed=seed,
+            callback=callback,
+            eval_every=eval_every,
+            progress=progress,
+        )
+    return Result(res.x_phi, res.history, {**res.info, "output": "x_phi"}, x_t=res.x, x_psi=res.x_psi)
 
 
 @dataclass(frozen=True)

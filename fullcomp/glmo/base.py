@@ -12,13 +12,30 @@ from fullcomp.errors import OptionError
 from fullcomp.sets.atoms import Atom, Entries
 from fullcomp.sets.base import Set
 
+#: The tolerance a GLMO aims at when called without ``tol``: this times ``max(1, |value|)``.
+DEFAULT_REL_TOL = 1e-6
+
+
+def target_gap(tol: float | None, value: float) -> float:
+    """The gap a GLMO must certify: ``tol`` when given, else ``DEFAULT_REL_TOL * max(1, |value|)``."""
+    return float(tol) if tol is not None else DEFAULT_REL_TOL * max(1.0, abs(value))
+
 
 @dataclass
 class GLMOResult:
     """A GLMO answer: ``x`` in X, the model value at ``x``, a certified bound on
     ``value - min``, and the number of oracle calls spent (pricing LMOs for
     column generation, conic solves for the conic route).  ``x`` is also given
-    as the convex combination ``sum(weights[j] * atoms[j])``."""
+    as the convex combination ``sum(weights[j] * atoms[j])``.
+
+    ``converged`` is True when ``gap_bound <= tol``, the tolerance the call
+    asked for.  Without ``tol`` (only ``max_calls``, or neither) the target is
+    the default ``DEFAULT_REL_TOL * max(1, |value|)``, so ``converged=False``
+    means column generation spent ``max_calls`` before certifying even that.
+    The conic route solves once: it is converged when the solver's certificate
+    (or, for an F that reads x, the solver's own accuracy, about 1e-8) is
+    within the target, so a ``tol`` below the solver's accuracy reports False.
+    """
 
     x: np.ndarray
     value: float
@@ -26,6 +43,7 @@ class GLMOResult:
     calls: int
     atoms: list[Atom] = field(default_factory=list)
     weights: np.ndarray = field(default_factory=lambda: np.ones(0))
+    converged: bool = field(kw_only=True)  # required: every route must say whether it met tol
 
 
 def as_numpy(a: Any) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol
+from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol, target_gap
 from fullcomp.glmo.master import ConicMaster
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
@@ -97,7 +97,7 @@ class ColumnGenerationGLMO:
             lam = self._master(c, images)
             model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
             value = self.outer.value(c + model_x)
-            target = tol if tol is not None else 1e-6 * max(1.0, abs(value))
+            target = target_gap(tol, value)
             # Until the last allowed call, price roughly: a rough atom still improves the master, and its
             # gap is a lower bound on the exact one, so only a gap below target needs an exact LMO.
             rough = calls + 1 < max_calls
@@ -116,7 +116,8 @@ class ColumnGenerationGLMO:
         x = lam @ self.values  # lam is zero on idle slots
         if entries is self._all:
             x = x.reshape(self.domain.shape)
-        return GLMOResult(x, value, gap, calls, [self.atoms[j] for j in used], lam[used])
+        atoms = [self.atoms[j] for j in used]
+        return GLMOResult(x, value, gap, calls, atoms, lam[used], converged=bool(gap <= target))
 
     def _price(
         self, direction: np.ndarray, Vm: np.ndarray, entries: Entries, model_x: np.ndarray, rough: bool

@@ -9,7 +9,7 @@ import numpy as np
 
 from fullcomp import solvers
 from fullcomp.errors import ModelError
-from fullcomp.glmo.base import GLMOResult, affine_model, check_tol, linear_certificate
+from fullcomp.glmo.base import GLMOResult, affine_model, check_tol, linear_certificate, target_gap
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import DenseAtom, Entries
 from fullcomp.sets.base import Set
@@ -59,7 +59,8 @@ class ConicGLMO:
         entries: Entries | None = None,
         start: Any = None,
     ) -> GLMOResult:
-        """Solve the GLMO for the model z + V (x - y); ``tol``, ``max_calls`` and ``start`` do not apply here.
+        """Solve the GLMO for the model z + V (x - y) with one conic solve; ``max_calls`` and ``start``
+        do not apply here, and ``tol`` only decides ``result.converged`` (the solver's accuracy is fixed).
 
         With ``entries`` the model reads x only there (V is (n, len(entries))).
         """
@@ -77,7 +78,9 @@ class ConicGLMO:
             gap = solvers.ABS_TOL + solvers.REL_TOL * abs(value)
         else:
             gap = linear_certificate(Vm.T @ q, x_read, self.domain, entries)
-        return GLMOResult(x if entries is self._all else x_read, value, gap, 1, [DenseAtom(x)], np.ones(1))
+        converged = bool(gap <= target_gap(tol, value))
+        x_out = x if entries is self._all else x_read
+        return GLMOResult(x_out, value, gap, 1, [DenseAtom(x)], np.ones(1), converged=converged)
 
     def state_dict(self) -> dict:
         """Nothing to checkpoint: each conic solve starts from scratch."""

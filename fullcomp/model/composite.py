@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import dataclasses
+import functools
+import itertools
+import types
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import cvxpy as cp
@@ -10,13 +15,126 @@ import numpy as np
 import torch
 from cvxpy.transforms.partial_optimize import PartialProblem
 
-from fullcomp.errors import DomainError, ModelError, OracleError
+from fullcomp.errors import DomainError, ModelError, OptionError, OracleError
 from fullcomp.model.placeholder import is_placeholder
+from fullcomp.oracles import call_checked, check_directional_derivative, check_inner_output
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, ZeroAtom
 from fullcomp.sets.base import Set
 
 Sampler = Callable[[torch.Generator], Any]
 InnerMap = Callable[[torch.Tensor, Any], torch.Tensor]
+
+INNER_SIGNATURE = "inner(x, batch) -> Tensor of shape (n,)"
+SAMPLER_SIGNATURE = "sampler(generator) -> batch"
+
+
+# ---- the data's dtype -----------------------------------------------------------------------------
+
+
+def floating_dtypes(value: Any, depth: int = 4) -> dict[torch.dtype, bool]:
+    """Floating dtypes of the tensors in ``value`` (a tensor, a module, containers and dataclasses of them).
+
+    Each maps to whether a tensor with at least one dimension has it: as in torch's type promotion,
+    a 0-d tensor (a flag, a temperature) does not decide the dtype of a result when others have dims.
+    """
+    found: dict[torch.dtype, bool] = {}
+    _collect(value, found, depth, set(), [10_000])
+    return found
+
+
+def _note(t: torch.Tensor, found: dict[torch.dtype, bool]) -> None:
+    if t.is_floating_point():
+        found[t.dtype] = found.get(t.dtype, False) or t.dim() > 0
+
+
+def _collect(value: Any, found: dict[torch.dtype, bool], depth: int, seen: set[int], budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return  # a huge nested container: what was seen so far decides
+    if isinstance(value, torch.Tensor):
+        _note(value, found)
+        return
+    if isinstance(value, torch.nn.Module):
+        for t in itertools.chain(value.parameters(), value.buffers()):
+            _note(t, found)
+        return
+    if depth <= 0 or id(value) in seen or isinstance(value, (str, bytes, int, float, np.ndarray, type)):
+        return
+    seen.add(id(value))
+    items: Iterable[Any]
+    if isinstance(value, Mapping):
+        items = value.values()
+    elif isinstance(value, (tuple, list, set, frozenset)):
+        items = value
+    elif dataclasses.is_dataclass(value):
+        items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
+    else:
+        return
+    for item in itertools.islice(items, 1000):
+        _collect(item, found, depth - 1, seen, budget)
+
+
+def captured(fn: Any, depth: int = 2) -> list[Any]:
+    """What a callable reads besides its arguments, one level deep.
+
+    The closure cells and referenced module globals of a function, the arguments of a
+    ``functools.partial``, the ``__self__`` of a bound method (and its attributes), the attributes
+    of a callable object; a function found there is opened in turn while ``depth`` lasts.
+    """
+    out: list[Any] = []
+    _captured(fn, depth, out, set())
+    return out
+
+
+def _attributes(obj: Any) -> list[Any]:
+    if isinstance(obj, (torch.nn.Module, torch.Tensor)):
+        return [obj]
+    if isinstance(obj, (types.ModuleType, type)) or not hasattr(obj, "__dict__"):
+        return []
+    try:
+        return list(vars(obj).values())
+    except TypeError:
+        return []
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    """Names a code object reads as globals or attributes, with those of nested code (comprehensions, lambdas)."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _global_names(const)
+    return names
+
+
+def _captured(fn: Any, depth: int, out: list[Any], seen: set[int]) -> None:
+    if depth <= 0 or id(fn) in seen:
+        return
+    seen.add(id(fn))
+    if isinstance(fn, functools.partial):
+        out.extend(fn.args)
+        out.extend(fn.keywords.values())
+        _captured(fn.func, depth, out, seen)
+        return
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and isinstance(fn, (types.MethodType, types.BuiltinMethodType)):
+        out.extend(_attributes(owner))  # a bound method: its object's tensors (or the tensor, for A.matmul)
+    func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if isinstance(func, types.FunctionType):
+        inner_values = []
+        for cell in func.__closure__ or ():
+            try:
+                inner_values.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        names = func.__globals__
+        inner_values += [names[n] for n in _global_names(func.__code__) if n in names]
+        for v in inner_values:
+            if isinstance(v, (types.FunctionType, types.MethodType, functools.partial)):
+                _captured(v, depth - 1, out, seen)
+            elif not isinstance(v, (types.ModuleType, type)):
+                out.append(v)
+    elif callable(fn) and not isinstance(fn, (types.BuiltinFunctionType, types.ModuleType, type)):
+        out.extend(_attributes(fn))  # a callable object (an nn.Module counts as its tensors)
 
 
 def free_variables(expr: cp.Expression) -> list[cp.Variable]:
@@ -45,6 +163,10 @@ def describe_atom(expr: cp.Expression) -> str:
     if len(text) > 80:
         text = text[:77] + "..."
     return f"atom {type(expr).__name__} in `{text}`"
+
+
+def _verb(source: str) -> str:
+    return "are" if source.endswith("data") else "is"
 
 
 class Outer:
@@ -128,6 +250,20 @@ class CompositeProblem:
     track : int array, optional
         Further entries whose values the solver keeps (e.g. validation and
         test ratings for evaluation callbacks); only with ``reads``.
+    dtype : torch floating dtype, optional
+        The dtype of the problem's data, and so of the point the inner map
+        receives.  Default: inferred from the floating tensors in ``x0`` (when
+        a tensor), the sampled batch, ``full_batch`` and the tensors ``inner``
+        and ``sampler`` capture (closure cells, globals, ``functools.partial``
+        arguments, attributes of a callable object or bound method's owner);
+        ``torch.float64`` when there are none.  Two different floating dtypes
+        found are an error (convert the data, or pass ``dtype=``).
+    check_gradient : bool, default True
+        Compare, once at construction, the inner map's autodiff directional
+        derivative near ``x0`` with central differences, so a map that breaks
+        the autodiff graph (``.item()``, numpy, ``.detach()``) fails here.
+        ``False`` skips it (an expensive map, or one deliberately
+        non-differentiable there).
     """
 
     def __init__(
@@ -140,6 +276,8 @@ class CompositeProblem:
         full_batch: Any = None,
         reads: Any = None,
         track: Any = None,
+        dtype: torch.dtype | None = None,
+        check_gradient: bool = True,
     ):
         if not isinstance(domain, Set):
             raise DomainError(
@@ -152,20 +290,23 @@ class CompositeProblem:
             raise ModelError(f"inner must be a callable inner(x, batch) -> Tensor, got {type(inner).__name__}")
         if sampler is not None and not callable(sampler):
             raise ModelError("sampler must be a callable sampler(generator) -> batch, or None")
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ModelError(
+                f"dtype must be a torch floating dtype (torch.float32 or torch.float64) or None, got {dtype!r}"
+            )
+        if not isinstance(check_gradient, bool):
+            raise ModelError(f"check_gradient must be True or False, got {check_gradient!r}")
         self.inner = inner
         self.sampler = sampler
         self.full_batch = full_batch
+        given_x0 = x0
+        #: Whether the user chose the start: methods that would discard x0 (gamma_0 = 1) keep it then.
+        self.warm_start = x0 is not None
         if x0 is None and domain.contains_origin:
             # The origin, kept implicit: a structured problem at MovieLens scale never needs a dense start.
             self._x0 = None
         else:
-            x0 = domain.default_point() if x0 is None else x0
-            x0 = x0.detach().cpu().numpy() if isinstance(x0, torch.Tensor) else np.asarray(x0, dtype=float)
-            if x0.shape != domain.shape:
-                raise DomainError(f"x0 has shape {x0.shape} but the domain has shape {domain.shape}")
-            if not domain.contains(x0, tol=1e-6):
-                raise DomainError("x0 is not in the domain; pass a feasible start or domain.project(x0)")
-            self._x0 = x0
+            self._x0 = self._start_point(domain.default_point() if x0 is None else x0)
         self.reads = None if reads is None else self._entries(reads, "reads")
         if track is not None and self.reads is None:
             raise ModelError("track= needs reads=: it lists extra entries kept by the structured path")
@@ -173,7 +314,79 @@ class CompositeProblem:
         self.kept_entries = (
             None if self.reads is None else Entries(np.concatenate([self.reads.flat, extra]), domain.shape)
         )
-        self._check_inner()
+        generator = torch.Generator().manual_seed(0)
+        batch = None if sampler is None else call_checked(sampler, (generator,), "sampler", SAMPLER_SIGNATURE)
+        self._dtype, self._dtype_source = self._infer_dtype(dtype, given_x0, batch)
+        self._check_inner(batch, check_gradient)
+
+    def _start_point(self, x0: Any) -> np.ndarray:
+        x0 = x0.detach().cpu().numpy() if isinstance(x0, torch.Tensor) else np.asarray(x0, dtype=float)
+        if x0.shape != self.domain.shape:
+            raise DomainError(f"x0 has shape {x0.shape} but the domain has shape {self.domain.shape}")
+        if not self.domain.contains(x0, tol=1e-6):
+            raise DomainError("x0 is not in the domain; pass a feasible start or domain.project(x0)")
+        return x0.astype(np.float64, copy=False)
+
+    def with_start(self, x0: Any) -> CompositeProblem:
+        """The same problem started at ``x0`` (checked like the constructor's x0; the map is not re-checked)."""
+        other = copy.copy(self)
+        other._x0, other.warm_start = self._start_point(x0), True
+        return other
+
+    def _infer_dtype(self, dtype: torch.dtype | None, x0: Any, batch: Any) -> tuple[torch.dtype, str | None]:
+        """The data's dtype and where it was seen (None: nothing floating was found, float64 by default)."""
+        if dtype is not None:
+            return dtype, f"declared by CompositeProblem(dtype={dtype})"
+        sources = [("the inner map's data", captured(self.inner))]
+        if self.sampler is not None:
+            sources.append(("the sampler's data", captured(self.sampler)))
+        sources += [("the sampled batch", batch), ("full_batch", self.full_batch)]
+        if isinstance(x0, torch.Tensor):
+            sources.append(("x0", x0))
+        dims: dict[torch.dtype, str] = {}  # dtype -> where a tensor with dims has it
+        scalars: dict[torch.dtype, str] = {}  # ... a 0-d tensor
+        for label, value in sources:
+            for found, dimensioned in floating_dtypes(value).items():
+                (dims if dimensioned else scalars).setdefault(found, label)
+            if len(dims) > 1:
+                break
+        seen = dims or scalars
+        if not seen:
+            return torch.float64, None
+        if len(seen) > 1:
+            (first, where), (second, other) = list(seen.items())[:2]
+            if where == other:
+                clash = f"{where} mix {first} and {second}"
+            else:
+                clash = f"{where} {_verb(where)} {first} but {other} {_verb(other)} {second}"
+            raise ModelError(
+                f"{clash}; convert them to one dtype (e.g. tensor.to({first})) or pass "
+                "CompositeProblem(dtype=...) if the inner map converts its data itself"
+            )
+        found, where = next(iter(seen.items()))
+        return found, f"inferred from {where}"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the problem's data (read-only): the point the inner map receives has it."""
+        return self._dtype
+
+    def check_run_dtype(self, dtype: Any) -> torch.dtype:
+        """``dtype`` if a run may use it (None: the problem's dtype); OptionError naming the fix otherwise.
+
+        A run must use the dtype of the data the problem was built on; a problem where no floating
+        tensor was seen (nor ``dtype=`` declared) accepts any floating dtype.
+        """
+        if dtype is None:
+            return self._dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise OptionError(f"dtype must be a torch floating dtype (torch.float32 or torch.float64), got {dtype!r}")
+        if self._dtype_source is not None and dtype != self._dtype:
+            raise OptionError(
+                f"dtype={dtype} but the problem's data are {self._dtype}: pass dtype={self._dtype} or build the "
+                f"data in {str(dtype).removeprefix('torch.')} (the problem's dtype was {self._dtype_source})"
+            )
+        return dtype
 
     def _entries(self, index: Any, name: str) -> Entries:
         flat = np.asarray(index.flat if isinstance(index, Entries) else index)
@@ -215,20 +428,27 @@ class CompositeProblem:
     def sample(self, generator: torch.Generator) -> Any:
         return None if self.sampler is None else self.sampler(generator)
 
-    def _check_inner(self) -> None:
-        from fullcomp.oracles import check_inner_output
-
-        batch = self.sample(torch.Generator().manual_seed(0))
+    def _check_inner(self, batch: Any, check_gradient: bool) -> None:
+        if self.reads is None:
+            start = torch.as_tensor(self.x0, dtype=self._dtype)
+        else:
+            start = torch.as_tensor(self.x0_at(self.reads), dtype=self._dtype)
         with torch.no_grad():
-            if self.reads is None:
-                start = torch.as_tensor(self.x0, dtype=torch.float64)
-            else:
-                start = torch.as_tensor(self.x0_at(self.reads), dtype=torch.float64)
-            out = self.inner(start, batch)
+            out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
         try:
             check_inner_output(out, self.n, where="at x0 while building the problem")
         except OracleError as exc:  # a malformed declaration, not a failure during a run
             raise ModelError(str(exc)) from None
+        if check_gradient:
+            check_directional_derivative(lambda v: self.inner(v, batch), start, self._entry_scale(start))
+
+    def _entry_scale(self, start: torch.Tensor) -> float:
+        """A typical entry size near x0 (its rms, or the domain's when x0 is the origin) for the gradient check."""
+        rms = float(start.double().pow(2).mean().sqrt()) if start.numel() else 0.0
+        if rms > 0 and np.isfinite(rms):
+            return rms
+        diameter = float(self.domain.diameter)
+        return diameter / (2 * np.sqrt(self.domain.size)) if np.isfinite(diameter) and diameter > 0 else 1.0
 
     def objective(self, x: Any, batch: Any = None) -> float:
         """phi(x) = F(f(x), x) with f from ``batch`` (default ``full_batch``); x is a dense point."""
@@ -236,7 +456,7 @@ class CompositeProblem:
             batch = self.full_batch
         if batch is None and self.stochastic:
             raise ModelError("objective of a stochastic problem needs a batch or CompositeProblem(full_batch=...)")
-        xt = torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x), dtype=torch.float64)
+        xt = torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x), dtype=self._dtype)
         with torch.no_grad():
-            u = self.inner(self.read(xt), batch).detach().cpu().numpy()
-        return self.outer.value(u, xt.numpy())
+            u = self.inner(self.read(xt), batch).detach().cpu().double().numpy()
+        return self.outer.value(u, xt.double().numpy())

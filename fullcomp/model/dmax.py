@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from fullcomp.errors import DomainError, ModelError
+from fullcomp.errors import DomainError, ModelError, OptionError
+from fullcomp.oracles import call_checked
 from fullcomp.sets.base import Set
 
 Sampler = Callable[[torch.Generator], Any]
@@ -261,6 +262,18 @@ class DMaxProblem:
         self.z, self.Z = self._dual(z0, Z, "z0", "Z")
         self._check_functions()
 
+    def with_start(self, x0: Any) -> DMaxProblem:
+        """The same problem started at ``x0``: a tensor, dict or module with the names and shapes of its x0."""
+        start = Params(x0, "x0")
+        if start.names != self.x.names or start.shapes != self.x.shapes:
+            raise ModelError(
+                f"x0 has entries {dict(zip(start.names, start.shapes))} but the problem's x0 has "
+                f"{dict(zip(self.x.names, self.x.shapes))}; pass a start of the same shape"
+            )
+        other = copy.copy(self)
+        other.x = start
+        return other
+
     @staticmethod
     def _dual(value: Any, domain: Set | None, name: str, set_name: str) -> tuple[Params | None, Set | None]:
         if domain is not None and not isinstance(domain, Set):
@@ -286,6 +299,41 @@ class DMaxProblem:
         return params, domain
 
     # -- the problem's parts --------------------------------------------------
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the problem's data (read-only): x0's, unless phi or psi only runs in another one.
+
+        The start-point check evaluates phi and psi in x0's dtype first (then float64, float32); when
+        they fail in x0's dtype (float64 data captured by phi, x0 = torch.zeros(d) in float32), the
+        problem's dtype is the one they run in.
+        """
+        return self._dtype
+
+    def check_run_dtype(self, dtype: Any) -> torch.dtype:
+        """``dtype`` if a run may use it (None: the problem's dtype); OptionError naming the fix otherwise.
+
+        A run casts x0, y0, z0 and every batch to its dtype, so any floating dtype goes unless phi or
+        psi cannot run in it (data they capture themselves, in another dtype): they are evaluated
+        once at the start point in that dtype, as at construction, and a failure is reported here.
+        """
+        if dtype is None:
+            return self._dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise OptionError(f"dtype must be a torch floating dtype (torch.float32 or torch.float64), got {dtype!r}")
+        for part in self._parts:
+            key = (part[0], dtype)
+            if key not in self._status:
+                self._status[key] = self._evaluate(part, dtype)[1]
+            failure = self._status[key]
+            if failure is not None:
+                data = self._dtype if self._dtype != dtype else self.x.dtype
+                raise OptionError(
+                    f"dtype={dtype} but the problem's data are {data}: pass dtype={data} or build the data in "
+                    f"{str(dtype).removeprefix('torch.')} ({part[0]} raised {type(failure).__name__} at the start "
+                    f"point in {dtype}: {failure})"
+                ) from failure
+        return dtype
 
     @property
     def stochastic(self) -> bool:
@@ -340,28 +388,66 @@ class DMaxProblem:
         A run casts the variables and the batch to its dtype, which is not known yet: x0's dtype is
         tried first, then float64 and float32, and only a function failing in all of them is reported.
         """
-        batches = self.sample(torch.Generator().manual_seed(0))
-        parts = [("phi", self.phi_value, self.y, batches[0], "sampler")]
+        batches = self._check_samplers()
+        parts = [("phi", self.phi, self.y, batches[0], "sampler")]
         if self.psi is not None:
             sampler_name = "psi_sampler" if self.separate_samplers else "sampler"
-            parts.append(("psi", self.psi_value, self.z, batches[1], sampler_name))
+            parts.append(("psi", self.psi, self.z, batches[1], sampler_name))
+        self._parts = parts
+        self._status: dict[tuple[str, torch.dtype], Exception | None] = {}  # (function, dtype) -> failure
+        self._dtype = self.x.dtype
         dtypes = list(dict.fromkeys([self.x.dtype, torch.float64, torch.float32]))
-        for name, fn, dual, data, sampler_name in parts:
+        for part in parts:
+            name, _, dual, data, sampler_name = part
             failure = None
             for dtype in dtypes:
-                try:
-                    with torch.no_grad():
-                        out = fn(
-                            self.x.view(self.x.flat(dtype, "cpu")),
-                            None if dual is None else dual.view(dual.flat(dtype, "cpu")),
-                            to_run(data, dtype, "cpu"),
-                        )
+                out, exc = self._evaluate(part, dtype)
+                self._status[(name, dtype)] = exc
+                if exc is None:
+                    if dtype != self.x.dtype and self._dtype == self.x.dtype:
+                        self._dtype = dtype  # it does not run in x0's dtype: the data decide
                     break
-                except Exception as exc:
-                    failure = failure or exc
+                failure = failure or exc
             else:
                 raise self._failed(name, dual, data, sampler_name, failure) from failure
             check_scalar(out, name, "at the start point while building the problem", ModelError)
+
+    def _evaluate(self, part: tuple, dtype: torch.dtype) -> tuple[Any, Exception | None]:
+        """One function at the start point in ``dtype``: (value, None), or (None, the exception)."""
+        name, fn, dual, data, _ = part
+        args = [self.x.view(self.x.flat(dtype, "cpu"))]
+        if dual is not None:
+            args.append(dual.view(dual.flat(dtype, "cpu")))
+        args.append(to_run(data, dtype, "cpu"))
+        try:
+            with torch.no_grad():
+                return call_checked(fn, tuple(args), name, self._signature(name, dual), self._arity_hint(name)), None
+        except ModelError:
+            raise  # a wrong signature: the same in every dtype
+        except Exception as exc:
+            return None, exc
+
+    def _check_samplers(self) -> tuple[Any, Any]:
+        """``sample`` at seed 0, with a sampler of the wrong signature reported as such."""
+        if self.sampler is None:
+            return self.exact_batches()
+        generator = torch.Generator().manual_seed(0)
+        batch = call_checked(self.sampler, (generator,), "sampler", "sampler(generator) -> batch")
+        if self.psi_sampler is None:
+            return batch, batch
+        return batch, call_checked(self.psi_sampler, (generator,), "psi_sampler", "psi_sampler(generator) -> batch")
+
+    @staticmethod
+    def _signature(name: str, dual: Params | None) -> str:
+        other = "y" if name == "phi" else "z"
+        return f"{name}(x, batch) -> scalar tensor" if dual is None else f"{name}(x, {other}, batch) -> scalar tensor"
+
+    def _arity_hint(self, name: str) -> str:
+        other, start = ("y", "y0") if name == "phi" else ("z", "z0")
+        given = (self.y if name == "phi" else self.z) is not None
+        if given:
+            return f" ({name} takes {other} because {start} is given; drop {start} for {name}(x, batch))"
+        return f" ({name} takes no {other} because {start} is None; pass {start} for {name}(x, {other}, batch))"
 
     def _failed(self, name: str, dual: Params | None, data: Any, sampler_name: str, exc: Exception) -> ModelError:
         args = "(x, batch)" if dual is None else ("(x, y, batch)" if name == "phi" else "(x, z, batch)")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
+import math
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.func import jacrev
+from torch.func import jacrev, jvp
 
-from fullcomp.errors import OracleError
+from fullcomp.errors import ModelError, OracleError
 
 
 def check_inner_output(out: Any, n: int, where: str) -> torch.Tensor:
@@ -63,3 +67,152 @@ class InnerOracle:
         if not torch.isfinite(jac).all():
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
         return value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1)
+
+
+# ---- checks run once while a problem is built ------------------------------------------------------
+
+_ARITY = re.compile(r"positional argument|required .*argument|takes no arguments|unexpected keyword argument")
+
+
+def _raised_by_the_call(exc: TypeError) -> bool:
+    """True when a TypeError came from the call itself (bad arity), not from inside the callee's body."""
+    tb = exc.__traceback__
+    return tb is not None and tb.tb_next is None and bool(_ARITY.search(str(exc)))
+
+
+def call_checked(fn: Callable, args: tuple, name: str, expected: str, hint: str = "") -> Any:
+    """``fn(*args)``; a wrong signature raises ModelError naming ``expected``, the TypeError chained.
+
+    The signature is checked with ``inspect.signature(fn).bind``; where Python knows none (some
+    builtins), a TypeError raised by the call itself, not from inside ``fn``, counts as a wrong
+    signature.  A TypeError from inside ``fn`` is the user's own and propagates unchanged.
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(*args)
+        except TypeError:
+            pass  # call it to chain the TypeError the user would see (inspect may also be wrong)
+        else:
+            return fn(*args)
+    try:
+        return fn(*args)
+    except TypeError as exc:
+        if not _raised_by_the_call(exc):
+            raise
+        raise ModelError(
+            f"{name} must have the signature {expected}; calling it with {len(args)} positional "
+            f"argument{'s' if len(args) != 1 else ''} failed: {exc}{hint}"
+        ) from exc
+
+
+BREAKS_GRAPH = (
+    "the map probably breaks the autodiff graph (.item(), float(...), numpy, .detach(), in-place ops on x); "
+    "write it with torch operations on x only, or pass check_gradient=False if the map is deliberately "
+    "non-differentiable there"
+)
+
+# (relative step, relative tolerance) per dtype; lower precisions are not checked.
+_STEPS = {torch.float64: (1e-4, 1e-3), torch.float32: (3e-3, 5e-2)}
+
+
+def _directional(fn: Callable, point: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
+    """J(point) @ tangent by forward mode, else by reverse mode (a map without forward-mode rules)."""
+    try:
+        with warnings.catch_warnings():  # torch's first jvp compiles its decompositions with a deprecated API
+            warnings.filterwarnings("ignore", message=".*torch.jit.script.* is deprecated", category=DeprecationWarning)
+            return jvp(fn, (point.clone(),), (tangent,))[1]
+    except Exception as forward:
+        try:
+            jac = jacrev(fn)(point.clone())
+        except Exception:
+            raise ModelError(
+                f"inner(x, batch) fails under torch.func autodiff at a test point near x0 "
+                f"({type(forward).__name__}: {forward}): {BREAKS_GRAPH}"
+            ) from forward
+        return jac.reshape(jac.shape[0], -1) @ tangent.reshape(-1).to(jac.dtype)
+
+
+def _finite_tensor(out: Any, like: torch.Tensor | None = None) -> bool:
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        return False
+    if like is not None and out.shape != like.shape:
+        return False
+    return bool(torch.isfinite(out).all())
+
+
+def _trial(fn: Callable, point: torch.Tensor, direction: torch.Tensor, h: float, rtol: float) -> Any:
+    """One central-difference comparison: True (agrees), None (cannot tell here) or (jd, fd) (disagrees)."""
+    plus, minus = point + h * direction, point - h * direction
+    tangent = (plus - minus) / (2 * h)  # the step actually taken, after rounding
+    try:
+        with torch.no_grad():
+            f_plus, f_minus = fn(plus.clone()), fn(minus.clone())
+    except Exception:
+        return None  # the map is not defined there (it may only be defined on the domain)
+    if not (_finite_tensor(f_plus) and _finite_tensor(f_minus, f_plus)):
+        return None
+    jd = _directional(fn, point, tangent)
+    if not _finite_tensor(jd, f_plus):
+        return None
+    eps = max(torch.finfo(point.dtype).eps, torch.finfo(f_plus.dtype).eps)
+    fd = ((f_plus - f_minus) / (2 * h)).double().reshape(-1)
+    jd = jd.detach().double().reshape(-1)
+    noise = 100 * eps * (float(f_plus.double().norm()) + float(f_minus.double().norm())) / (2 * h)
+    gap = float((jd - fd).norm())
+    if gap <= rtol * (float(jd.norm()) + float(fd.norm())) + noise + 1e-300:
+        return True
+    try:  # a map with its own randomness cannot be checked by differences
+        with torch.no_grad():
+            again = fn(plus.clone())
+        if not torch.equal(again, f_plus):
+            return True
+    except Exception:
+        return None
+    return jd, fd
+
+
+def check_directional_derivative(fn: Callable, start: torch.Tensor, scale: float, seed: int = 0) -> None:
+    """Compare autodiff's directional derivative of ``fn`` with central differences near ``start``.
+
+    ``fn(x) -> Tensor of shape (n,)`` with the batch bound.  The test point is ``start`` plus a random
+    perturbation of entry size ``0.1 * scale``, the direction a random unit vector (a fixed seed, so
+    the check is deterministic); the step is relative to the point's norm and suited to its dtype.
+    A disagreement is retried with a smaller step and at a second point (a kink of max or abs may lie
+    between the two evaluations); non-finite values or a map failing off the domain skip the point.
+    Raises ModelError when autodiff and differences disagree everywhere they could be compared.
+    """
+    if start.dtype not in _STEPS or start.numel() == 0:
+        return
+    relative, rtol = _STEPS[start.dtype]
+    generator = torch.Generator().manual_seed(seed)
+    mismatch = None
+    for attempt in range(3):
+        if attempt < 2:
+            noise = torch.randn(start.shape, generator=generator, dtype=torch.float64)
+            point = (start.double() + 0.1 * scale * noise).to(start.dtype)
+        elif mismatch is None:
+            point = start.clone()  # every perturbed point was off the map's domain: try the start itself
+        else:
+            break
+        direction = torch.randn(start.shape, generator=generator, dtype=torch.float64)
+        direction = (direction / direction.norm()).to(start.dtype)
+        size = float(point.double().norm())
+        size = size if math.isfinite(size) and size > 0 else 1.0
+        for step in (relative, relative / 10):
+            outcome = _trial(fn, point, direction, step * size, rtol)
+            if outcome is True:
+                return
+            if outcome is not None:
+                mismatch = outcome
+    if mismatch is not None:
+        jd, fd = mismatch
+        i = int((jd - fd).abs().argmax())
+        where = f"output {i}: " if jd.numel() > 1 else ""
+        raise ModelError(
+            "the Jacobian of inner(x, batch) from torch autodiff disagrees with finite differences "
+            f"(directional derivative {where}{float(jd[i]):.6g} vs {float(fd[i]):.6g}): {BREAKS_GRAPH}"
+        )

@@ -2,8 +2,9 @@
 
 from fullcomp.run.budget import Budget, Stopwatch, clock
 from fullcomp.run.checkpoint import Checkpoint
-from fullcomp.run.driver import Iterate, Loop, drive
+from fullcomp.run.driver import Iterate, Plan, drive
 from fullcomp.run.history import History, write_atomic
+from fullcomp.run.options import SHARED, RunOptions
 from fullcomp.run.result import Result
 
 __all__ = [
@@ -12,7 +13,9 @@ __all__ = [
     "clock",
     "Checkpoint",
     "Iterate",
-    "Loop",
+    "Plan",
+    "RunOptions",
+    "SHARED",
     "drive",
     "History",
     "Result",

@@ -26,7 +26,11 @@ class Budget:
             isinstance(self.iters, bool) or not isinstance(self.iters, (int, np.integer)) or self.iters <= 0
         ):
             raise OptionError(f"iters must be a positive int, got {self.iters!r}")
-        if self.seconds is not None and not (np.isfinite(self.seconds) and self.seconds > 0):
+        if self.seconds is not None and (
+            isinstance(self.seconds, bool)
+            or not isinstance(self.seconds, (int, float, np.integer, np.floating))
+            or not (np.isfinite(self.seconds) and self.seconds > 0)
+        ):
             raise OptionError(f"seconds must be a positive number of optimizer seconds, got {self.seconds!r}")
 
     def iterations_left(self, k: int) -> bool:

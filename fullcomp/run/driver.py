@@ -1,25 +1,26 @@
-"""The loop every algorithm shares: budget, records, callbacks, progress, checkpoints.
+"""The loop every method shares: budget, records, true objective, callbacks, progress, checkpoints, status.
 
-An algorithm supplies ``step(state, k) -> (next_state, row)`` (its pseudocode)
-and the driver does the rest.  States are dicts whose tensors are replaced,
-never modified in place, so keeping the previous state costs nothing and an
-update that crosses the time budget can be discarded.
+A method's set-up returns a :class:`Plan`: its ``step(state, k) -> (next_state,
+row)`` (the paper's box) and how to read a state.  The driver does the rest.
+States are dicts whose tensors are replaced, never modified in place, so
+keeping the previous state costs nothing and an update that crosses the time
+budget can be discarded.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from fullcomp.errors import FullcompError, OptionError
-from fullcomp.run.budget import Budget, Stopwatch
-from fullcomp.run.checkpoint import Checkpoint
+from fullcomp.errors import CallbackError
+from fullcomp.run.budget import Stopwatch
 from fullcomp.run.history import History
+from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
 
 Step = Callable[[dict, int], "tuple[dict, dict]"]
@@ -30,83 +31,79 @@ class Iterate:
     """What a callback sees: the iteration, the iterate x and the row being recorded."""
 
     k: int
-    x: torch.Tensor
+    x: Any
     row: dict
     state: dict
 
 
 @dataclass
-class Loop:
-    """Options of the shared loop, validated once."""
+class Plan:
+    """What a method's set-up hands the driver.
 
-    budget: Budget
-    callback: Callable[[Iterate], Any] | None = None
-    eval_every: int | None = None
-    progress: bool = True
-    checkpoint: Any = None
-    progress_key: str | None = None
-    desc: str = "fullcomp"
-
-    def __post_init__(self) -> None:
-        if self.callback is not None and not callable(self.callback):
-            raise OptionError("callback must be a callable callback(iterate) -> dict | None | False")
-        if self.eval_every is not None and (not isinstance(self.eval_every, int) or self.eval_every < 1):
-            raise OptionError(f"eval_every must be a positive int, got {self.eval_every!r}")
-        self.checkpoint = Checkpoint.coerce(self.checkpoint)
-
-
-def drive(
-    step: Step,
-    state: dict,
-    loop: Loop,
-    *,
-    generator: torch.Generator,
-    iterate: Callable[[dict], torch.Tensor],
-    finish: Callable[[dict, History, dict], Result],
-    observe: Callable[[dict, int], dict] | None = None,
-    components: dict[str, Any] | None = None,
-    info: dict | None = None,
-) -> Result:
-    """Run ``step`` until the budget is spent and return ``finish(state, history, info)``.
-
-    ``observe(state, k)`` records the final state (outside optimizer time);
-    ``components`` are objects with ``state_dict``/``load_state_dict`` (warm
-    GLMO pools) saved in checkpoints.
+    ``step`` is the update; ``iterate(state)`` the point a callback sees;
+    ``finish(state, history, info)`` the Result; ``observe(state, k)`` the row
+    of the final state (outside optimizer time); ``objective(state)`` the true
+    objective when the problem can compute it (else None); ``converged(row)``
+    stops the run with status "converged"; ``components`` have
+    ``state_dict``/``load_state_dict`` and are checkpointed with the state.
     """
-    components = components or {}
-    info = dict(info or {})
+
+    step: Step
+    state: dict
+    iterate: Callable[[dict], Any]
+    finish: Callable[[dict, History, dict], Result]
+    observe: Callable[[dict, int], dict] | None = None
+    objective: Callable[[dict], float] | None = None
+    converged: Callable[[dict], bool] | None = None
+    components: dict[str, Any] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    progress_key: str = "objective_estimate"
+
+
+def drive(plan: Plan, run: RunOptions, fingerprint: dict, desc: str = "fullcomp") -> Result:
+    """Run ``plan.step`` until the budget is spent (or the callback, convergence or an error stops it)."""
+    info = dict(plan.info)
     history = History()
     watch = Stopwatch()
-    k = 0
-    ckpt = loop.checkpoint
-    saved = ckpt.load() if ckpt is not None else None
+    state, k = plan.state, 0
+    generator, ckpt = run.generator, run.checkpoint
+    saved = ckpt.load(fingerprint) if ckpt is not None else None
     if saved is not None:
         state, k, watch.elapsed = saved["state"], saved["k"], saved["time"]
         history = History(r for r in saved["history"] if r["k"] < k)
         generator.set_state(saved["generator"])
-        for name, obj in components.items():
+        for name, obj in plan.components.items():
             obj.load_state_dict(saved["components"][name])
         info["resumed_from"] = k
 
     def save() -> None:
         if ckpt is not None:
             ckpt.save(
+                fingerprint,
                 {
                     "state": state,
                     "k": k,
                     "time": watch.elapsed,
                     "history": history.rows,
                     "generator": generator.get_state(),
-                    "components": {name: obj.state_dict() for name, obj in components.items()},
-                }
+                    "components": {name: obj.state_dict() for name, obj in plan.components.items()},
+                },
             )
 
-    def record(row: dict, at: int) -> bool:
-        """Append a row, run the callback outside optimizer time; False asks to stop."""
+    every = run.eval_every
+    want_objective = plan.objective is not None
+
+    def record(row: dict, at: int, current: dict, last: bool) -> bool:
+        """Append a row (with the true objective and the callback's metrics when due); False asks to stop."""
+        if want_objective and (last or at == 0 or (every is not None and at % every == 0)):
+            row["objective"] = plan.objective(current)
         stop = False
-        every = loop.eval_every or 1
-        if loop.callback is not None and (at % every == 0 or final):
-            extra = loop.callback(Iterate(at, iterate(current), row, current))
+        if run.callback is not None and (last or at % (every or 1) == 0):
+            try:
+                extra = run.callback(Iterate(at, plan.iterate(current), row, current))
+            except Exception as exc:
+                history.append(row)
+                raise CallbackError(f"the callback raised {type(exc).__name__} at iteration {at}: {exc}") from exc
             if extra is False:
                 stop = True
             elif isinstance(extra, dict):
@@ -114,55 +111,93 @@ def drive(
         history.append(row)
         return stop
 
+    def result(status: str) -> Result:
+        info.update(iterations=k, optimizer_seconds=watch.elapsed, clock=watch.clock, stopped=status)
+        return plan.finish(state, history, info)
+
+    def closing_row() -> None:
+        """The row of the last complete state, outside optimizer time."""
+        row = {"k": k, "time": watch.elapsed, **(plan.observe(state, k) if plan.observe else {})}
+        record(row, k, state, True)
+
     # numpy/scipy's OpenBLAS threads and torch's OpenMP threads contend for the same cores when the loop
     # alternates small BLAS calls with torch ops: measured on MovieLens-100K with 2 cores, single-threaded
     # BLAS made certified HMSFW updates 4x and projected-subgradient updates 18x faster.
     blas = threadpool_limits(limits=1, user_api="blas")
-    bar = tqdm(
-        total=loop.budget.iters, initial=k, desc=loop.desc, disable=not loop.progress, leave=False, dynamic_ncols=True
-    )
-    stop_reason = "iterations"
-    final = False
+    bar = tqdm(total=run.budget.iters, initial=k, desc=desc, disable=not run.progress, leave=False, dynamic_ncols=True)
+    status, closed = "iterations", False
+    # Where an interruption lands decides what a checkpoint can keep: inside a step the generator and the
+    # components have moved past the last complete state, so only the last periodic checkpoint is exact;
+    # after it the step is committed first, so nothing computed is lost.
+    pending: tuple | None = None  # (row, new_state) of a finished step not yet committed
+
+    def commit() -> None:
+        nonlocal state, k, pending
+        row, new_state = pending
+        if not history.rows or history.rows[-1].get("k") != row["k"]:  # a callback that raised already kept it
+            history.append(row)
+        state, k, pending = new_state, k + 1, None
+
     try:
         while True:
-            if not loop.budget.iterations_left(k):
+            if not run.budget.iterations_left(k):
                 break
-            if loop.budget.over_time(watch.elapsed):
-                stop_reason = "seconds"
+            if run.budget.over_time(watch.elapsed):
+                status = "seconds"
                 break
             started = watch.elapsed
-            current = state
-            try:
-                with watch:
-                    new_state, row = step(state, k)
-            except FullcompError as exc:
-                exc.result = finish(state, history, {**info, "iterations": k, "stopped": f"error at {k}"})
-                raise
+            with watch:
+                new_state, row = plan.step(state, k)
             row = {"k": k, "time": started, **row}
-            if loop.budget.over_time(watch.elapsed):
+            if run.budget.over_time(watch.elapsed):
                 # This update crossed the budget: score the last complete in-budget state, and its time.
-                stop_reason, final = "seconds", True
                 watch.elapsed = started
-                record(row, k)
+                status, closed = "seconds", True
+                record(row, k, state, True)
                 break
-            wants_stop = record(row, k)
-            state, k = new_state, k + 1
+            pending = (row, new_state)
+            wants_stop = record(row, k, state, False)
+            commit()
             bar.update(1)
-            if loop.progress_key and loop.progress_key in row and k % 10 == 0:
-                bar.set_postfix({loop.progress_key: f"{row[loop.progress_key]:.3e}"}, refresh=False)
+            if plan.progress_key in row and k % 10 == 0:
+                value = row[plan.progress_key]
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    bar.set_postfix({plan.progress_key: f"{value:.3e}"}, refresh=False)
             if ckpt is not None and k % ckpt.every == 0:
                 save()
             if wants_stop:
-                stop_reason = "callback"
+                status = "callback"
                 break
-        if not final:
-            final = True
-            current = state
-            row = {"k": k, "time": watch.elapsed, **(observe(state, k) if observe else {})}
-            record(row, k)
+            if plan.converged is not None and plan.converged(row):
+                status = "converged"
+                break
+        if not closed:
+            closed = True
+            closing_row()
+    except Exception as exc:
+        # Every finite row so far is kept, with the last complete state's own row when it can be computed.
+        if pending is not None:
+            commit()
+            save()
+        elif not closed and not isinstance(exc, CallbackError):
+            try:
+                closing_row()
+            except Exception:  # noqa: BLE001 - the state that failed may not be observable either
+                pass
+        failed = result("error")
+        failed.info["error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            exc.result = failed
+        except AttributeError:  # an exception type that takes no attributes
+            pass
+        raise
+    except KeyboardInterrupt:
+        if pending is not None:
+            commit()
+            save()
+        raise
     finally:
         bar.close()
         blas.restore_original_limits()
     save()
-    info.update(iterations=k, optimizer_seconds=watch.elapsed, clock=watch.clock, stopped=stop_reason)
-    return finish(state, history, info)
+    return result(status)

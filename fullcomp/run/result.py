@@ -12,11 +12,15 @@ import torch
 
 from fullcomp.run.history import History, plain, write_atomic
 
+#: Why a run stopped: its budget of iterations or seconds, the callback, convergence, or an error.
+STATUSES = ("iterations", "seconds", "callback", "converged", "error")
+
 
 class Result:
-    """A finished run: the iterate ``x``, the ``history`` and a summary ``info``.
+    """A finished run: the iterate ``x``, the ``history``, a summary ``info`` and the ``status``.
 
     Method-specific outputs (``x_phi``, ``y``, trackers, ...) are attributes too.
+    ``save(folder)`` writes it and :meth:`Result.load` reads it back.
     """
 
     def __init__(self, x: torch.Tensor, history: History, info: dict, **extras: Any):
@@ -29,13 +33,18 @@ class Result:
             return extras[name]
         raise AttributeError(f"Result has no attribute {name!r}; available: x, history, info, {', '.join(extras)}")
 
+    @property
+    def status(self) -> str:
+        """Why the run stopped: one of :data:`STATUSES`."""
+        return self.info.get("stopped", "iterations")
+
     def to_csv(self, path: str | os.PathLike) -> None:
         """The history as CSV, one row per recorded iteration."""
         self.history.to_csv(path)
 
     def summary(self) -> dict:
         last = self.history[-1] if len(self.history) else {}
-        return {**{k: plain(v) for k, v in self.info.items()}, "final": last}
+        return {**{k: plain(v) for k, v in self.info.items()}, "status": self.status, "final": last}
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` into ``folder``
@@ -59,6 +68,33 @@ class Result:
             os.replace(folder / f".{name}.tmp", folder / name)
         return folder
 
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> Result:
+        """A saved run: its history, info and iterate (``x`` as a tensor, or a dict of tensors from ``x.npz``).
+
+        Arrays are read with ``allow_pickle=False``, so a folder from elsewhere never runs code.
+        """
+        from fullcomp.errors import DataError
+
+        folder = Path(folder)
+        try:
+            summary = json.loads((folder / "summary.json").read_text())
+            history = History.read_csv(folder / "history.csv")
+        except (OSError, ValueError) as exc:
+            raise DataError(
+                f"{folder} is not a saved fullcomp run ({exc}); pass a folder written by Result.save"
+            ) from None
+        info = {k: v for k, v in summary.items() if k not in ("final", "status")}
+        x, extras = None, {}
+        if (folder / "x.npy").exists():
+            x = torch.from_numpy(np.load(folder / "x.npy", allow_pickle=False))
+        elif (folder / "x.npz").exists():
+            with np.load(folder / "x.npz", allow_pickle=False) as arrays:
+                x = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
+        elif (folder / "x_entries.npy").exists():
+            extras["x_entries"] = torch.from_numpy(np.load(folder / "x_entries.npy", allow_pickle=False))
+        return cls(x, history, info, **extras)
+
     def __repr__(self) -> str:
         method, iterations = self.info.get("method"), self.info.get("iterations")
-        return f"Result(method={method!r}, iterations={iterations}, rows={len(self.history)})"
+        return f"Result(method={method!r}, status={self.status!r}, iterations={iterations}, rows={len(self.history)})"

@@ -1,0 +1,157 @@
+"""The method contract: every algorithm is a registered :class:`Method`, run by :func:`solve` through one driver.
+
+A method declares the problem kind it accepts, its hyperparameters as data
+(:class:`~fullcomp.validation.Param`), and a ``setup(problem, hp, run) -> Plan``
+whose plan's ``step`` is the paper's box.  Everything else (validation of the
+shared options, dtype and device, the start point, checkpoints with their
+fingerprint, the result and its status) is done here and in
+:mod:`fullcomp.run`, once for all methods.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fullcomp.errors import ModelError, OptionError
+from fullcomp.run.driver import Plan, drive
+from fullcomp.run.fingerprint import problem_fingerprint
+from fullcomp.run.options import SHARED, RunOptions
+from fullcomp.run.result import Result
+from fullcomp.validation import Param, check_params
+
+Setup = Callable[[Any, dict, RunOptions], Plan]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered method: name, problem kind, hyperparameters, set-up, and a one-line summary.
+
+    ``fixed`` holds hyperparameters a preset pins (``hmsfw-i`` is ``hmsfw`` with
+    ``variant="polyak"``); they are not options of the preset.
+    """
+
+    name: str
+    problem: type
+    params: tuple[Param, ...]
+    setup: Setup
+    summary: str
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def options(self) -> tuple[Param, ...]:
+        """The hyperparameters a caller may set (the preset's fixed ones left out)."""
+        return tuple(p for p in self.params if p.name not in self.fixed)
+
+
+REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    if method.name in REGISTRY:
+        raise ValueError(f"a method named {method.name!r} is already registered")
+    clash = {p.name for p in method.params} & set(SHARED)
+    if clash:
+        raise ValueError(f"{method.name}: hyperparameters {sorted(clash)} shadow shared options")
+    REGISTRY[method.name] = method
+    return method
+
+
+def preset(base: Method, name: str, summary: str, **fixed: Any) -> Method:
+    """Register ``base`` with some hyperparameters pinned, under its own name."""
+    return register(Method(name, base.problem, base.params, base.setup, summary, {**base.fixed, **fixed}, base.source))
+
+
+def get(name: str) -> Method:
+    if not isinstance(name, str) or name not in REGISTRY:
+        close = difflib.get_close_matches(str(name), list(REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise OptionError(f"unknown method {name!r}{hint}; the methods are {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def methods(problem: type | None = None) -> list[Method]:
+    """The registered methods, optionally only those accepting ``problem`` (a problem class or instance)."""
+    if problem is not None and not isinstance(problem, type):
+        problem = type(problem)
+    return [m for m in REGISTRY.values() if problem is None or issubclass(problem, m.problem)]
+
+
+def describe(name: str | None = None) -> str:
+    """A text table of one method's hyperparameters and the shared options, or of every method."""
+    if name is None:
+        lines = [f"{'method':<16} {'problem':<17} summary"]
+        lines += [f"{m.name:<16} {m.problem.__name__:<17} {m.summary}" for m in REGISTRY.values()]
+        return "\n".join(lines)
+    m = get(name)
+    lines = [f"{m.name} ({m.problem.__name__}): {m.summary}", "", "hyperparameters:"]
+    for p in m.options:
+        default = "required" if p.required else f"default {p.default!r}"
+        lines.append(f"  {p.name}: {p.describe()}; {default}. {p.doc}")
+    if m.fixed:
+        lines.append("fixed by this preset: " + ", ".join(f"{k}={v!r}" for k, v in m.fixed.items()))
+    lines += ["", "shared options:"] + [f"  {k}: {v}" for k, v in SHARED.items()]
+    return "\n".join(lines)
+
+
+def solve(problem: Any, method: str, /, **options: Any) -> Result:
+    """Run the registered ``method`` on ``problem``; ``options`` are its hyperparameters and the shared options.
+
+    ``fc.describe(method)`` lists both.  Every method returns a Result with
+    ``x``, ``history`` (``k``, ``time``, ``objective_estimate``, ``objective``
+    when the problem can compute it, and the method's columns) and ``status``.
+    """
+    spec = get(method)
+    if not isinstance(problem, spec.problem):
+        fits = ", ".join(m.name for m in methods(problem)) or "none"
+        raise ModelError(
+            f"{spec.name} needs a fc.{spec.problem.__name__}, got {type(problem).__name__} (methods for it: {fits})"
+        )
+    shared = {k: options.pop(k) for k in list(options) if k in SHARED}
+    pinned = set(options) & set(spec.fixed)
+    if pinned:
+        raise OptionError(f"{spec.name} fixes {sorted(pinned)}; use the base method to change them")
+    hp = check_params(spec.params, {**options, **spec.fixed}, spec.name)
+    run = RunOptions.resolve(problem, spec.name, shared)
+    if run.x0 is not None:
+        problem = problem.with_start(run.x0)
+    plan = spec.setup(problem, hp, run)
+    plan.info = {
+        **plan.info,
+        "method": spec.name,
+        "seed": run.seed,
+        "device": str(run.device),
+        "dtype": str(run.dtype),
+    }
+    return drive(plan, run, fingerprint(spec, hp, run, problem), desc=spec.name)
+
+
+def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:
+    """What a checkpoint must agree on to be resumed by this run."""
+    from fullcomp import __version__
+
+    return {
+        "method": spec.name,
+        "options": {k: _plain(v) for k, v in sorted(hp.items())},
+        "seed": run.seed,
+        "dtype": str(run.dtype),
+        "problem": problem_fingerprint(problem),
+        "fullcomp": __version__,
+    }
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return f"{type(value).__name__}:{name}"
+    return getattr(value, "__qualname__", type(value).__qualname__)
+
+
+__all__ = ["Method", "REGISTRY", "register", "preset", "get", "methods", "describe", "solve", "Plan"]

@@ -1,0 +1,238 @@
+"""The one gradient oracle of every method on a :class:`~fullcomp.model.dmax.DMaxProblem`.
+
+SMAG, the DC baselines and the min-max baselines all need sampled
+(sub)gradients of phi at one point (x, y) and of psi at another (x', z).
+phi(x, y) + psi(x', z) separates across the blocks, so the gradient of the sum
+with respect to each block is exactly the partial gradient a method needs: one
+``torch.func`` transform and one backward pass serve every method (SGD on
+phi - psi passes the same x to both, SSDC the stage's anchor to psi, SMAG its
+two proximal estimates).
+
+The oracle also draws batches in the run's dtype and device, checks a step's
+values with one synchronisation (an :class:`~fullcomp.errors.OracleError`
+before a non-finite value spreads) and evaluates phi and psi exactly, without
+gradients, for the rows and objectives the driver records outside optimizer time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.func import grad_and_value
+
+from fullcomp.errors import ModelError, OracleError
+from fullcomp.model.dmax import DMaxProblem, Params, to_run
+
+if TYPE_CHECKING:
+    from fullcomp.run.options import RunOptions
+
+#: Offset of the seed of the one fresh draw that stands in for the full batch of a problem without one.
+REFERENCE_SEED = 2_000_003
+
+
+@dataclass
+class Sample:
+    """Sampled values (0-d tensors, 0 where not asked for) and gradients (None where not asked for)."""
+
+    phi: torch.Tensor
+    psi: torch.Tensor
+    phi_x: torch.Tensor | None = None  # d_x phi at phi's point
+    phi_y: torch.Tensor | None = None  # d_y phi
+    psi_x: torch.Tensor | None = None  # d_x psi at psi's point
+    psi_z: torch.Tensor | None = None  # d_z psi
+
+
+def _pair(point: Any) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    if point is None:
+        return None
+    return (point, None) if isinstance(point, torch.Tensor) else tuple(point)
+
+
+def _view(params: Params | None, flat: torch.Tensor | None) -> Any:
+    return None if params is None or flat is None else params.view(flat)
+
+
+class DMaxOracle:
+    """Sampled (sub)gradients and exact values of phi and psi of ``problem``, in ``run``'s dtype and device.
+
+    ``method`` names the caller in error messages.  Points are flat vectors
+    (``problem.x.flat``); a point of phi is ``x`` or ``(x, y)``, of psi ``x``
+    or ``(x, z)``.
+    """
+
+    def __init__(self, problem: DMaxProblem, run: RunOptions, method: str):
+        if not isinstance(problem, DMaxProblem):
+            raise ModelError(f"{method} needs a fc.DMaxProblem, got {type(problem).__name__}")
+        self.problem, self.method = problem, method
+        self.dtype, self.device, self.seed = run.dtype, run.device, run.seed
+        self._k: Any = 0  # the iteration being computed, for messages raised inside the transform
+        self._exact: tuple | None = None
+        self._reference: tuple | None = None
+        self._grad = grad_and_value(self._total, has_aux=True)
+
+    # -- points and batches ------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, torch.Tensor | None]:
+        """x0, and y0, z0 projected onto Y, Z (None where absent), as flat vectors of the run."""
+        p = self.problem
+        y = None if p.y is None else self.project_y(p.y.flat(self.dtype, self.device))
+        z = None if p.z is None else self.project_z(p.z.flat(self.dtype, self.device))
+        return {"x": p.x.flat(self.dtype, self.device), "y": y, "z": z}
+
+    def project_y(self, y: torch.Tensor | None) -> torch.Tensor | None:
+        return _project(self.problem.Y, y)
+
+    def project_z(self, z: torch.Tensor | None) -> torch.Tensor | None:
+        return _project(self.problem.Z, z)
+
+    def to_run(self, batch: Any, psi_batch: Any = None) -> tuple[Any, Any]:
+        """(batch, psi_batch) moved to the run; psi_batch defaults to batch and stays the same object when shared."""
+        moved = to_run(batch, self.dtype, self.device)
+        if psi_batch is None or psi_batch is batch:
+            return moved, moved
+        return moved, to_run(psi_batch, self.dtype, self.device)
+
+    def draw(self, generator: torch.Generator) -> tuple[Any, Any]:
+        """One draw of the problem's sampler(s) (``full_batch`` without one), moved to the run."""
+        return self.to_run(*self.problem.sample(generator))
+
+    @property
+    def exact(self) -> bool:
+        """Whether phi and psi can be evaluated exactly: full batches given, or a deterministic problem."""
+        try:
+            self.problem.exact_batches()
+        except ModelError:
+            return False
+        return True
+
+    def exact_batches(self) -> tuple[Any, Any]:
+        """The batches on which phi and psi are exact, moved to the run once."""
+        if self._exact is None:
+            self._exact = self.to_run(*self.problem.exact_batches())
+        return self._exact
+
+    def reference_batches(self) -> tuple[Any, Any]:
+        """The exact batches, or where the problem has none one fixed fresh draw.
+
+        The draw has a generator of its own (seeded by the run's seed), so the
+        run's stream, and a resumed run, stay untouched.
+        """
+        if self.exact:
+            return self.exact_batches()
+        if self._reference is None:
+            p = self.problem
+            batch, psi_batch = p.full_batch, p.psi_full_batch
+            if psi_batch is None and not p.separate_samplers:
+                psi_batch = batch
+            if batch is None or psi_batch is None:
+                drawn = p.sample(torch.Generator(device=self.device).manual_seed(self.seed + REFERENCE_SEED))
+                batch = drawn[0] if batch is None else batch
+                psi_batch = drawn[1] if psi_batch is None else psi_batch
+            self._reference = self.to_run(batch, psi_batch)
+        return self._reference
+
+    # -- values and gradients ----------------------------------------------------------------------------
+
+    def _scalar(self, out: Any, name: str) -> torch.Tensor:
+        if not isinstance(out, torch.Tensor) or out.numel() != 1:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise OracleError(
+                f"{self.method}: {name} returned {shape} {self._where()}; it must return a scalar "
+                "(use .mean() or .sum())"
+            )
+        return out if out.dim() == 0 else out.reshape(())
+
+    def _where(self) -> str:
+        return f"at iteration {self._k}" if isinstance(self._k, int) else self._k
+
+    def _terms(self, blocks: dict, batch: Any, psi_batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self.problem
+        phi = psi = None
+        if "phi_x" in blocks:
+            out = p.phi_value(p.x.view(blocks["phi_x"]), _view(p.y, blocks.get("phi_y")), batch)
+            phi = self._scalar(out, "phi")
+        if "psi_x" in blocks:
+            out = p.psi_value(p.x.view(blocks["psi_x"]), _view(p.z, blocks.get("psi_z")), psi_batch)
+            psi = self._scalar(out, "psi")
+        zero = torch.zeros_like(phi if phi is not None else psi)
+        return (zero if phi is None else phi), (zero if psi is None else psi)
+
+    def _total(self, blocks: dict, batch: Any, psi_batch: Any) -> tuple[torch.Tensor, tuple]:
+        phi, psi = self._terms(blocks, batch, psi_batch)
+        return phi + psi, (phi, psi)
+
+    def _blocks(self, phi_at: Any, psi_at: Any) -> dict[str, torch.Tensor]:
+        blocks = {}
+        for prefix, dual, point in (("phi", "y", _pair(phi_at)), ("psi", "z", _pair(psi_at))):
+            if point is not None:
+                blocks[f"{prefix}_x"] = point[0]
+                if point[1] is not None:
+                    blocks[f"{prefix}_{dual}"] = point[1]
+        if not blocks:
+            raise ValueError("give phi_at, psi_at or both")
+        return blocks
+
+    def gradients(self, k: int, batch: Any, psi_batch: Any = None, *, phi_at: Any = None, psi_at: Any = None) -> Sample:
+        """Sampled phi at ``phi_at`` on ``batch``, psi at ``psi_at`` on ``psi_batch`` (default ``batch``),
+        and their gradients in every block given, from one ``torch.func`` call."""
+        self._k = k
+        psi_batch = batch if psi_batch is None else psi_batch
+        grads, (_, (phi, psi)) = self._grad(self._blocks(phi_at, psi_at), batch, psi_batch)
+        return Sample(phi, psi, grads.get("phi_x"), grads.get("phi_y"), grads.get("psi_x"), grads.get("psi_z"))
+
+    def evaluate(
+        self,
+        batch: Any,
+        psi_batch: Any = None,
+        *,
+        phi_at: Any = None,
+        psi_at: Any = None,
+        where: int | str = "evaluating phi and psi",
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """phi at ``phi_at`` and psi at ``psi_at`` (0 where not given) as 0-d tensors, without gradients.
+
+        ``where`` (an iteration, or a phrase such as "at the final state") is what a message says.
+        """
+        self._k = where
+        with torch.no_grad():
+            return self._terms(self._blocks(phi_at, psi_at), batch, batch if psi_batch is None else psi_batch)
+
+    def values(
+        self, *batches: Any, phi_at: Any = None, psi_at: Any = None, where: int | str = "evaluating phi and psi"
+    ) -> tuple[float, float]:
+        """:meth:`evaluate` as floats (the exact evaluations of rows and objectives, outside optimizer time)."""
+        phi, psi = self.evaluate(*batches, phi_at=phi_at, psi_at=psi_at, where=where)
+        return float(phi), float(psi)
+
+    def check(self, k: int, stats: dict[str, torch.Tensor | None], hint: str) -> list[float | None]:
+        """The 0-d tensors of ``stats`` as floats, with one synchronisation (None stays None).
+
+        Keys name what each is: "phi" and "psi" are the sampled values, any
+        other key a phrase ("the x-gradient of phi") for the message.  A
+        non-finite one raises an OracleError naming it, the iteration and
+        ``hint`` (how to avoid it).
+        """
+        given = [v.detach().reshape(()) for v in stats.values() if v is not None]
+        floats = iter(torch.stack(given).tolist() if given else [])
+        values = [None if v is None else next(floats) for v in stats.values()]
+        for name, value in zip(stats, values):
+            if value is not None and not math.isfinite(value):
+                value_of = name in ("phi", "psi")
+                what = f"{name} returned a non-finite value ({value})" if value_of else f"{name} is non-finite"
+                raise OracleError(
+                    f"{self.method}: {what} at iteration {k}; the run stopped and exc.result holds the last finite "
+                    f"state. {hint}"
+                )
+        return values
+
+
+def _project(domain: Any, v: torch.Tensor | None) -> torch.Tensor | None:
+    if v is None or domain is None:
+        return v
+    return domain.project(v.view(domain.shape)).reshape(-1)
+
+
+__all__ = ["DMaxOracle", "Sample", "REFERENCE_SEED"]

@@ -1,0 +1,125 @@
+"""The options every method shares, resolved and validated once for all of them."""
+
+from __future__ import annotations
+
+import numbers
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fullcomp.errors import OptionError
+from fullcomp.run.budget import Budget
+from fullcomp.run.checkpoint import Checkpoint
+
+#: name -> meaning; the one table of shared options (docs/algorithm.md shows it, every method accepts it).
+SHARED = {
+    "iters": "budget in iterations (a positive int)",
+    "seconds": "budget in optimizer seconds, evaluation and logging excluded (a positive number)",
+    "seed": "an int of any integer type seeding the run's torch.Generator, a torch.Generator used as it is, "
+    "or None for a fresh random seed (recorded in result.info['seed']); default 0",
+    "device": "torch device of the iterates and oracles, e.g. 'cpu' or 'cuda:0' (default 'cpu')",
+    "dtype": "floating torch dtype of the run; default None: the problem's dtype, inferred from x0 and its data",
+    "x0": "start point for this run instead of the problem's (same shape or container as the problem's x0)",
+    "callback": "callback(iterate) -> dict | None | False every eval_every iterations and at the end, outside "
+    "optimizer time; a dict is merged into the history row, False stops the run",
+    "eval_every": "iterations between callback calls and evaluations of the true objective (default: every "
+    "iteration for the callback; the objective at the first and last rows only)",
+    "progress": "show a tqdm progress bar with the live estimate (default True)",
+    "checkpoint": "a path or fc.Checkpoint(path, every=N, on_mismatch='error'|'restart'); an existing one with "
+    "the same fingerprint is resumed",
+}
+
+
+@dataclass
+class RunOptions:
+    """The shared options of one run, validated: budget, generator, device, dtype, start, loop settings."""
+
+    budget: Budget
+    seed: int
+    generator: torch.Generator
+    device: torch.device
+    dtype: torch.dtype
+    x0: Any
+    callback: Callable | None
+    eval_every: int | None
+    progress: bool
+    checkpoint: Checkpoint | None
+
+    @classmethod
+    def resolve(cls, problem: Any, method: str, options: dict) -> RunOptions:
+        unknown = set(options) - set(SHARED)
+        if unknown:
+            raise OptionError(f"{method}: unknown shared option(s) {sorted(unknown)}")
+        device = check_device(options.get("device", "cpu"), method)
+        seed, generator = check_seed(options.get("seed", 0), device, method)
+        dtype = options.get("dtype")
+        if dtype is None:
+            dtype = problem.dtype
+        elif not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise OptionError(f"{method}: dtype must be a floating torch dtype such as torch.float64, got {dtype!r}")
+        else:
+            problem.check_run_dtype(dtype)
+        callback = options.get("callback")
+        if callback is not None and not callable(callback):
+            raise OptionError(f"{method}: callback must be a callable callback(iterate) -> dict | None | False")
+        eval_every = options.get("eval_every")
+        if eval_every is not None and (
+            isinstance(eval_every, bool) or not isinstance(eval_every, numbers.Integral) or eval_every < 1
+        ):
+            raise OptionError(f"{method}: eval_every must be a positive int, got {eval_every!r}")
+        progress = options.get("progress", True)
+        if not isinstance(progress, bool):
+            raise OptionError(f"{method}: progress must be True or False, got {progress!r}")
+        return cls(
+            budget=Budget(options.get("iters"), options.get("seconds")),
+            seed=seed,
+            generator=generator,
+            device=device,
+            dtype=dtype,
+            x0=options.get("x0"),
+            callback=callback,
+            eval_every=None if eval_every is None else int(eval_every),
+            progress=progress,
+            checkpoint=Checkpoint.coerce(options.get("checkpoint")),
+        )
+
+
+def check_device(value: Any, method: str) -> torch.device:
+    """A torch device that exists on this machine, or an OptionError that says which ones do."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise OptionError(f"{method}: device must be a torch device such as 'cpu' or 'cuda:0', got {value!r}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise OptionError(f"{method}: device {value!r}: CUDA is not available on this machine; pass device='cpu'")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise OptionError(
+                f"{method}: device {value!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        raise OptionError(f"{method}: device {value!r} is not usable here ({exc}); pass device='cpu'") from None
+    return device
+
+
+def check_seed(value: Any, device: torch.device, method: str) -> tuple[int, torch.Generator]:
+    """(seed, generator) from an int of any integer type, a torch.Generator or None (a fresh random seed)."""
+    if isinstance(value, torch.Generator):
+        if value.device.type != device.type:
+            raise OptionError(
+                f"{method}: seed is a torch.Generator on {value.device}, but the run is on {device}; "
+                f"pass torch.Generator(device={str(device)!r})"
+            )
+        return int(value.initial_seed()), value
+    if value is None:
+        value = secrets.randbits(62)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise OptionError(
+            f"{method}: seed must be a non-negative int (numpy integers too), a torch.Generator or None, got {value!r}"
+        )
+    return int(value), torch.Generator(device=device).manual_seed(int(value))
