@@ -162,7 +162,7 @@ class Pair(Constraint):
         return tuple(self.item.accept(v) for v in value)
 
     def describe(self) -> str:
-        return f"a pair of {self.item.describe().removeprefix('a ').removeprefix('an ')}s"
+        return f"a pair (a, b), each {self.item.describe()}"
 
     def bad_values(self) -> list[Any]:
         return [(1,), "ab"]

@@ -307,3 +307,11 @@ def test_warm_start_at_the_optimum_stays_there(method, cvxpy_optimum):
 def test_cold_start_keeps_the_papers_first_step():
     result = run("hmsfw", iters=3)
     assert result.history[0]["gamma"] == 1.0
+
+
+def test_the_method_tables_in_the_docs_are_current():
+    from fullcomp.algorithms.method import markdown
+
+    text = (HERE.parent / "docs" / "algorithm.md").read_text()
+    begin, end = "<!-- methods:begin -->\n", "\n<!-- methods:end -->"
+    assert text[text.index(begin) + len(begin) : text.index(end)] == markdown()

@@ -57,7 +57,7 @@ PARAMS = (
         "first_step",
         (Interval(float, 0, 1, "right"), Options(("auto",))),
         "auto",
-        "gamma of the first step; 'auto': 1 from the default start, a decrease test from a warm start",
+        "gamma of the first step; 'auto': 1 from the default start, a line search on one batch from a warm start",
     ),
     Param("gap_tol", (positive(), NONE), None, "stop with status 'converged' once the gap estimate is below it"),
 )

@@ -97,6 +97,30 @@ def describe(name: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def markdown() -> str:
+    """The methods, their hyperparameters and the shared options as Markdown tables (docs/algorithm.md shows it)."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| method | problem | what it is |", "| --- | --- | --- |"]
+    lines += [f"| `{m.name}` | `{m.problem.__name__}` | {cell(m.summary)} |" for m in REGISTRY.values()]
+    lines += ["", "| method | hyperparameter | accepts | default | meaning |", "| --- | --- | --- | --- | --- |"]
+    for m in REGISTRY.values():
+        if m.fixed:
+            pinned = ", ".join(f"`{k}={v!r}`" for k, v in m.fixed.items())
+            required = "".join(f", `{p.name}` required" for p in m.options if p.required)
+            base = m.setup.__module__.rsplit(".", 1)[-1]
+            lines.append(f"| `{m.name}` | | | | the options of `{base}` with {pinned}{required} |")
+            continue
+        for p in m.options:
+            default = "required" if p.required else f"`{p.default!r}`"
+            lines.append(f"| `{m.name}` | `{p.name}` | {cell(p.describe())} | {default} | {cell(p.doc)} |")
+    lines += ["", "| shared option | meaning |", "| --- | --- |"]
+    lines += [f"| `{k}` | {cell(v)} |" for k, v in SHARED.items()]
+    return "\n".join(lines)
+
+
 def solve(problem: Any, method: str, /, **options: Any) -> Result:
     """Run the registered ``method`` on ``problem``; ``options`` are its hyperparameters and the shared options.
 
