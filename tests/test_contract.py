@@ -314,4 +314,5 @@ def test_the_method_tables_in_the_docs_are_current():
 
     text = (HERE.parent / "docs" / "algorithm.md").read_text()
     begin, end = "<!-- methods:begin -->\n", "\n<!-- methods:end -->"
+    # Refresh with: python -c "from fullcomp.algorithms.method import write_tables; write_tables('docs/algorithm.md')"
     assert text[text.index(begin) + len(begin) : text.index(end)] == markdown()

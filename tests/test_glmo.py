@@ -154,15 +154,16 @@ def test_glmo_routes_match_cvxpy(index):
     F = F_lib(kind, p, u)
     c = z - V @ y
     ref = reference(X, kind, p, n, c, V)
+    affine = F.is_affine()  # CVaR at alpha = 1 is the mean: the GLMO is one LMO
     routes = ["conic", "colgen"] if X.cheap_lmo else ["conic"]
-    for route in routes:
+    for route in routes + (["affine"] if affine else []):
         glmo = fc.build_glmo(F, X, route=route)
         assert glmo.route == route
         res = glmo.solve(z, V, y)
         check_answer(res, X, kind, p, c, V, ref, route)
         assert res.calls >= 1
     auto = fc.build_glmo(F, X)
-    assert auto.route == ("colgen" if X.cheap_lmo else "conic")
+    assert auto.route == ("affine" if affine else "colgen" if X.cheap_lmo else "conic")
 
 
 # ---- the outer helpers ---------------------------------------------------------------------------

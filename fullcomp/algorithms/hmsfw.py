@@ -33,7 +33,7 @@ _ORDER = Interval(float, 1, 2, "right")
 PARAMS = (
     Param("variant", (Options(tuple(VARIANTS)),), "taylor", "value tracker: 'taylor' (Variant II) or 'polyak' (I)"),
     Param("exact", (BOOL,), False, "the deterministic method on full_batch with beta = rho = 1"),
-    Param("glmo", (Options(("auto", "conic", "colgen")),), "auto", "GLMO route (see fc.build_glmo)"),
+    Param("glmo", (Options(("auto", "affine", "conic", "colgen")),), "auto", "GLMO route (see fc.build_glmo)"),
     Param(
         "glmo_tol",
         (positive(), CALLABLE, NONE),

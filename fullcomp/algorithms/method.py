@@ -121,6 +121,16 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
+def write_tables(path: str) -> None:
+    """Refresh the generated tables between the ``<!-- methods:begin -->`` and ``<!-- methods:end -->`` marks."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    begin, end = "<!-- methods:begin -->\n", "\n<!-- methods:end -->"
+    head, tail = text[: text.index(begin) + len(begin)], text[text.index(end) :]
+    Path(path).write_text(head + markdown() + tail)
+
+
 def solve(problem: Any, method: str, /, **options: Any) -> Result:
     """Run the registered ``method`` on ``problem``; ``options`` are its hyperparameters and the shared options.
 

@@ -237,22 +237,20 @@ def threshold_mask(params: Params, key: str) -> torch.Tensor:
 def sopa_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     mm, eta, eta_s, adam = MinMax(problem, run, "sopa"), hp["eta"], hp["eta_s"], hp["mode"] == "adam"
     mask, (b1, b2), y0 = threshold_mask(problem.x, hp["s_key"]).to(run.device), hp["betas"], mm.y0
+    # The thresholds' step eta_s and the weights' eta as one vector: one product per step in SGD mode.
+    rates = torch.where(mask, eta_s, eta).to(dtype=mm.x0.dtype)
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
         x = state["x"]
         gx, _, row = mm.gradients(k, x, y0)
+        if not adam:
+            return {**state, "x": x - rates * gx}, row
+        # Adam on the weights (LibAUC's default), the plain step on the thresholds.
         g_w, s_step = torch.where(mask, 0.0, gx), torch.where(mask, gx, 0.0) * eta_s
-        new = dict(state)
-        if adam:
-            m = b1 * state["m"] + (1 - b1) * g_w
-            v = b2 * state["v"] + (1 - b2) * g_w * g_w
-            m_hat, v_hat = m / (1 - b1 ** (k + 1)), v / (1 - b2 ** (k + 1))
-            w_step = eta * m_hat / (v_hat.sqrt() + 1e-8)
-            new.update(m=m, v=v)
-        else:
-            w_step = eta * g_w
-        new["x"] = x - w_step - s_step
-        return new, row
+        m = b1 * state["m"] + (1 - b1) * g_w
+        v = b2 * state["v"] + (1 - b2) * g_w * g_w
+        m_hat, v_hat = m / (1 - b1 ** (k + 1)), v / (1 - b2 ** (k + 1))
+        return {"x": x - eta * m_hat / (v_hat.sqrt() + 1e-8) - s_step, "m": m, "v": v}, row
 
     state = {"x": mm.x0}
     if adam:

@@ -5,20 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from fullcomp.errors import ModelError, OptionError
+from fullcomp.glmo.affine import AffineGLMO
 from fullcomp.glmo.base import GLMOResult
 from fullcomp.glmo.colgen import ColumnGenerationGLMO
 from fullcomp.glmo.conic import ConicGLMO
 from fullcomp.model.composite import Outer
 from fullcomp.sets.base import Set
 
-ROUTES = ("auto", "conic", "colgen")
+ROUTES = ("auto", "affine", "conic", "colgen")
 
 
-def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30) -> ConicGLMO | ColumnGenerationGLMO:
+def build_glmo(
+    outer: Any, domain: Set, route: str = "auto", pool: int = 30
+) -> AffineGLMO | ConicGLMO | ColumnGenerationGLMO:
     """Build the GLMO ``min_{x in X} F(z + V (x - y), x)`` for an outer function and a set.
 
-    ``route="auto"`` takes column generation when F reads only the
-    placeholder and the set has a cheap LMO, the conic program otherwise.
+    ``route="auto"`` takes one LMO when F is affine in the placeholder alone,
+    column generation when F reads only the placeholder and the set has a
+    cheap LMO, and the conic program otherwise.
     ``outer`` is a CVXPY expression in ``fc.inner_value(n)`` (or an already
     validated :class:`~fullcomp.model.Outer`).
     """
@@ -26,6 +30,10 @@ def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30) -> 
         raise OptionError(f"route must be one of {ROUTES}, got {route!r}")
     if not isinstance(outer, Outer):
         outer = Outer(outer, domain)
+    if route == "affine" and outer.linear is None:
+        raise ModelError("route='affine' needs an outer function affine in the placeholder alone; use 'auto'")
+    if route == "affine" or (route == "auto" and outer.linear is not None):
+        return AffineGLMO(outer, domain)
     colgen_ok = not outer.depends_on_x and domain.cheap_lmo
     if route == "colgen" and outer.depends_on_x:
         raise ModelError("route='colgen' needs an outer function of the placeholder only; use 'conic' or 'auto'")
@@ -34,4 +42,4 @@ def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30) -> 
     return ConicGLMO(outer, domain)
 
 
-__all__ = ["build_glmo", "GLMOResult", "ConicGLMO", "ColumnGenerationGLMO"]
+__all__ = ["build_glmo", "GLMOResult", "AffineGLMO", "ConicGLMO", "ColumnGenerationGLMO"]

@@ -211,7 +211,26 @@ class Outer:
         self.domain = domain
         self.depends_on_x = any(v is domain.variable for v in variables)
 
+    @functools.cached_property
+    def linear(self) -> tuple[np.ndarray, float] | None:
+        """(a, b) with F(u) = a @ u + b when F is affine in the placeholder alone, else None.
+
+        Read off F at 0 and at the unit vectors: CVXPY certifies affinity, and the GLMO of an affine F
+        is a single LMO.
+        """
+        if self.depends_on_x or not self.expr.is_affine():
+            return None
+        base = self._evaluate(np.zeros(self.n))
+        a = np.array([self._evaluate(np.eye(1, self.n, i)[0]) - base for i in range(self.n)])
+        return a, base
+
     def value(self, u: np.ndarray, x: np.ndarray | None = None) -> float:
+        linear = self.linear
+        if linear is not None:
+            return float(linear[0] @ np.asarray(u, dtype=float).reshape(-1) + linear[1])
+        return self._evaluate(u, x)
+
+    def _evaluate(self, u: np.ndarray, x: np.ndarray | None = None) -> float:
         self.u.value = np.asarray(u, dtype=float)
         if self.depends_on_x:
             self.domain.variable.value = np.asarray(x, dtype=float).reshape(self.domain.shape)

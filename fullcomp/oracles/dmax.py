@@ -4,7 +4,7 @@ SMAG, the DC baselines and the min-max baselines all need sampled
 (sub)gradients of phi at one point (x, y) and of psi at another (x', z).
 phi(x, y) + psi(x', z) separates across the blocks, so the gradient of the sum
 with respect to each block is exactly the partial gradient a method needs: one
-``torch.func`` transform and one backward pass serve every method (SGD on
+backward pass serves every method (SGD on
 phi - psi passes the same x to both, SSDC the stage's anchor to psi, SMAG its
 two proximal estimates).
 
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.func import grad_and_value
 
 from fullcomp.errors import ModelError, OracleError
 from fullcomp.model.dmax import DMaxProblem, Params, to_run
@@ -71,7 +70,6 @@ class DMaxOracle:
         self._k: Any = 0  # the iteration being computed, for messages raised inside the transform
         self._exact: tuple | None = None
         self._reference: tuple | None = None
-        self._grad = grad_and_value(self._total, has_aux=True)
 
     # -- points and batches ------------------------------------------------------------------------------
 
@@ -164,6 +162,23 @@ class DMaxOracle:
         phi, psi = self._terms(blocks, batch, psi_batch)
         return phi + psi, (phi, psi)
 
+    def _grad(self, blocks: dict, batch: Any, psi_batch: Any) -> tuple[dict, tuple]:
+        """The gradient of phi + psi in every block, by one plain backward pass.
+
+        Plain autograd rather than torch.func's transform: the same gradients, and per call it costs less
+        than the transform's wrapping (measured on the pAUC protocol's MLP: fullcomp's SGDA step went from
+        2.0x to about the hand-written loop's time).
+        """
+        leaves = {name: v.detach().requires_grad_(True) for name, v in blocks.items()}
+        with torch.enable_grad():
+            total, (phi, psi) = self._total(leaves, batch, psi_batch)
+        if total.requires_grad:
+            found = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
+        else:  # phi and psi do not depend on the blocks
+            found = [None] * len(leaves)
+        grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(leaves.items(), found)}
+        return grads, (total.detach(), (phi.detach(), psi.detach()))
+
     def _blocks(self, phi_at: Any, psi_at: Any) -> dict[str, torch.Tensor]:
         blocks = {}
         for prefix, dual, point in (("phi", "y", _pair(phi_at)), ("psi", "z", _pair(psi_at))):
@@ -177,7 +192,7 @@ class DMaxOracle:
 
     def gradients(self, k: int, batch: Any, psi_batch: Any = None, *, phi_at: Any = None, psi_at: Any = None) -> Sample:
         """Sampled phi at ``phi_at`` on ``batch``, psi at ``psi_at`` on ``psi_batch`` (default ``batch``),
-        and their gradients in every block given, from one ``torch.func`` call."""
+        and their gradients in every block given, from one backward pass."""
         self._k = k
         psi_batch = batch if psi_batch is None else psi_batch
         grads, (_, (phi, psi)) = self._grad(self._blocks(phi_at, psi_at), batch, psi_batch)

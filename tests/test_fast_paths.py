@@ -1,0 +1,74 @@
+"""The shortcuts the hot path takes agree with the general machinery they replace."""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+from torch.func import grad, jacrev
+
+import fullcomp as fc
+from fullcomp.glmo import AffineGLMO, build_glmo
+from fullcomp.oracles import InnerOracle
+from fullcomp.oracles.jacobian import ROWS_BY_BACKWARD, rows_by_backward
+
+
+@pytest.mark.parametrize(
+    "domain", [fc.L1Ball(12, 2.0), fc.Simplex(12), fc.L2Ball(12, 1.5), fc.NuclearBall((3, 4), 1.0)], ids=repr
+)
+@pytest.mark.parametrize("affine", ["sum", "weighted"])
+def test_an_affine_outer_function_is_one_lmo_matching_the_conic_program(domain, affine):
+    u = fc.inner_value(3)
+    F = cp.sum(u) if affine == "sum" else 2 * u[0] - u[1] + 0.5 * u[2] + 3.0
+    rng = np.random.default_rng(0)
+    z, V, y = rng.normal(size=3), rng.normal(size=(3, 12)), np.zeros(12)
+    fast = build_glmo(F, domain)
+    assert isinstance(fast, AffineGLMO) and fast.route == "affine"
+    res = fast.solve(z, V, y)
+    assert res.calls == 1 and res.converged and res.gap_bound == 0.0
+    reference = build_glmo(F, domain, route="conic").solve(z, V, y)
+    assert res.value == pytest.approx(reference.value, abs=1e-6 * max(1.0, abs(reference.value)))
+    assert domain.contains(res.x, tol=1e-7)
+
+
+def test_a_non_affine_outer_function_keeps_its_route():
+    u = fc.inner_value(3)
+    assert build_glmo(cp.max(u), fc.L1Ball(5, 1.0)).route == "colgen"
+    with pytest.raises(fc.errors.ModelError, match="affine"):
+        build_glmo(cp.max(u), fc.L1Ball(5, 1.0), route="affine")
+
+
+@pytest.mark.parametrize("n", [1, 2, ROWS_BY_BACKWARD, ROWS_BY_BACKWARD + 3])
+def test_jacobian_rows_by_backward_equal_jacrev(n):
+    A = torch.randn(n, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+
+    def inner(x, batch):
+        return torch.tanh(A @ x) + (x**2).sum() * batch
+
+    x = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    value, jac = InnerOracle(inner, n, (7,), "cpu", torch.float64)(x, 0.5, 0)
+    assert torch.allclose(jac, jacrev(lambda v: inner(v, 0.5))(x), rtol=1e-14, atol=1e-15)
+    assert torch.allclose(value, inner(x, 0.5), rtol=0, atol=0)
+    constant, zero = rows_by_backward(lambda v: torch.ones(n, dtype=torch.float64), x)
+    assert torch.equal(zero, torch.zeros(n, 7, dtype=torch.float64))
+
+
+def test_dmax_gradients_by_backward_equal_torch_func():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)).double()
+    X = torch.randn(16, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def phi(net, y, batch):
+        return (net(batch).squeeze(-1) ** 2).mean() + y @ y
+
+    problem = fc.DMaxProblem(phi, x0=model, y0=torch.ones(2, dtype=torch.float64), full_batch=X)
+    from fullcomp.oracles.dmax import DMaxOracle
+    from fullcomp.run import RunOptions
+
+    run = RunOptions.resolve(problem, "test", {"iters": 1})
+    oracle = DMaxOracle(problem, run, "test")
+    start = oracle.start()
+    s = oracle.gradients(0, X, phi_at=(start["x"], start["y"]))
+    expected = grad(lambda v, y: phi(problem.x.view(v), y, X), argnums=(0, 1))(start["x"], start["y"])
+    assert torch.allclose(s.phi_x, expected[0], rtol=1e-13, atol=1e-15)
+    assert torch.allclose(s.phi_y, expected[1], rtol=1e-13, atol=1e-15)
