@@ -34,11 +34,12 @@ import fullcomp as fc
 torch.set_num_threads(1)
 
 
+_DATA: dict = {}
+
+
 def least_squares(m: int, d: int, batch: int | None, radius: float = 5.0):
     """(problem, data) for min ||A x - b||^2 / (2 rows) over the l1 ball, rows sampled ``batch`` at a time."""
-    gen = torch.Generator().manual_seed(0)
-    A = torch.randn(m, d, generator=gen, dtype=torch.float64)
-    b = A[:, :10].sum(1) + 0.1 * torch.randn(m, generator=gen, dtype=torch.float64)
+    A, b = _DATA[(m, d)]
 
     def inner(x, rows):
         r = (A @ x - b) if rows is None else (A[rows] @ x - b[rows])
@@ -126,6 +127,13 @@ def fullcomp_run(problem, method: str, iters: int, seed: int) -> tuple[float, fl
     return marks[0] - start, res.info["optimizer_seconds"] / iters, (end - marks[0]) / iters, x
 
 
+def make_data(m: int, d: int) -> None:
+    """Generate the least-squares data once, outside any timing."""
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(m, d, generator=gen, dtype=torch.float64)
+    _DATA[(m, d)] = (A, A[:, :10].sum(1) + 0.1 * torch.randn(m, generator=gen, dtype=torch.float64))
+
+
 def compare(name, build, method, floors, iters, rounds, seed=1):
     t0 = time.perf_counter()
     problem, data = build()
@@ -165,6 +173,8 @@ def main() -> None:
             "floor (closed-form gradient)": lambda data, it, s: ls_floor(data, it, batch, s, closed_form=True),
         }
 
+    for shape in ((200, 500), (5000, 200)) + (() if args.quick else ((5000, 20000),)):
+        make_data(*shape)
     compare(
         "least squares 200 x 500, deterministic",
         lambda: least_squares(200, 500, None),

@@ -11,9 +11,10 @@ import torch
 import fullcomp as fc
 
 
-def composite(dtype: torch.dtype = torch.float64, scale: float = 1.0, nan_after: int | None = None):
+def composite(dtype: torch.dtype = torch.float64, scale: float = 1.0, nan_after: int | None = None, device="cpu"):
     """max of four softplus group losses over an l1 ball; noisy samples, exact full_batch."""
-    A = torch.randn(4, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype) * scale
+    A = torch.randn(4, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    A = A.to(device=device, dtype=dtype) * scale
     calls = [0]
 
     def inner(x, noise):
@@ -22,11 +23,12 @@ def composite(dtype: torch.dtype = torch.float64, scale: float = 1.0, nan_after:
         return out * float("nan") if nan_after is not None and calls[0] > nan_after else out
 
     def sampler(gen):
-        return 0.05 * torch.randn(4, generator=gen, dtype=torch.float64).to(dtype)
+        return 0.05 * torch.randn(4, generator=gen, dtype=torch.float64, device=gen.device).to(dtype)
 
     u = fc.inner_value(4)
+    exact = torch.zeros(4, dtype=dtype, device=device)
     problem = fc.CompositeProblem(
-        outer=cp.max(u), inner=inner, domain=fc.L1Ball(10, 2.0), sampler=sampler, full_batch=torch.zeros(4, dtype=dtype)
+        outer=cp.max(u), inner=inner, domain=fc.L1Ball(10, 2.0), sampler=sampler, full_batch=exact
     )
     calls[0] = 0  # count the run's calls only
     return problem

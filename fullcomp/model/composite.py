@@ -38,25 +38,40 @@ def floating_dtypes(value: Any, depth: int = 4) -> dict[torch.dtype, bool]:
     a 0-d tensor (a flag, a temperature) does not decide the dtype of a result when others have dims.
     """
     found: dict[torch.dtype, bool] = {}
-    _collect(value, found, depth, set(), [10_000])
+
+    def note(t: torch.Tensor) -> None:
+        if t.is_floating_point():
+            found[t.dtype] = found.get(t.dtype, False) or t.dim() > 0
+
+    _collect(value, note, depth, set(), [10_000])
     return found
 
 
-def _note(t: torch.Tensor, found: dict[torch.dtype, bool]) -> None:
-    if t.is_floating_point():
-        found[t.dtype] = found.get(t.dtype, False) or t.dim() > 0
+def data_device(values: Iterable[Any], depth: int = 4) -> torch.device:
+    """Where the floating tensors in ``values`` live: the first device other than the CPU, else the CPU."""
+    devices: list[torch.device] = []
+
+    def note(t: torch.Tensor) -> None:
+        if t.is_floating_point() and t.device.type != "cpu":
+            devices.append(t.device)
+
+    for value in values:
+        _collect(value, note, depth, set(), [10_000])
+        if devices:
+            return devices[0]
+    return torch.device("cpu")
 
 
-def _collect(value: Any, found: dict[torch.dtype, bool], depth: int, seen: set[int], budget: list[int]) -> None:
+def _collect(value: Any, note: Callable, depth: int, seen: set[int], budget: list[int]) -> None:
     budget[0] -= 1
     if budget[0] < 0:
         return  # a huge nested container: what was seen so far decides
     if isinstance(value, torch.Tensor):
-        _note(value, found)
+        note(value)
         return
     if isinstance(value, torch.nn.Module):
         for t in itertools.chain(value.parameters(), value.buffers()):
-            _note(t, found)
+            note(t)
         return
     if depth <= 0 or id(value) in seen or isinstance(value, (str, bytes, int, float, np.ndarray, type)):
         return
@@ -71,7 +86,7 @@ def _collect(value: Any, found: dict[torch.dtype, bool], depth: int, seen: set[i
     else:
         return
     for item in itertools.islice(items, 1000):
-        _collect(item, found, depth - 1, seen, budget)
+        _collect(item, note, depth - 1, seen, budget)
 
 
 def captured(fn: Any, depth: int = 2) -> list[Any]:
@@ -333,7 +348,11 @@ class CompositeProblem:
         self.kept_entries = (
             None if self.reads is None else Entries(np.concatenate([self.reads.flat, extra]), domain.shape)
         )
-        generator = torch.Generator().manual_seed(0)
+        # The data's device: the probe runs there, with a generator there for the sampler (a map over CUDA
+        # tensors is checked on the GPU).
+        captures = [captured(inner), full_batch] + ([captured(sampler)] if sampler is not None else [])
+        self.device = data_device(captures)
+        generator = torch.Generator(device=self.device).manual_seed(0)
         batch = None if sampler is None else call_checked(sampler, (generator,), "sampler", SAMPLER_SIGNATURE)
         self._dtype, self._dtype_source = self._infer_dtype(dtype, given_x0, batch)
         self._check_inner(batch, check_gradient)
@@ -448,10 +467,8 @@ class CompositeProblem:
         return None if self.sampler is None else self.sampler(generator)
 
     def _check_inner(self, batch: Any, check_gradient: bool) -> None:
-        if self.reads is None:
-            start = torch.as_tensor(self.x0, dtype=self._dtype)
-        else:
-            start = torch.as_tensor(self.x0_at(self.reads), dtype=self._dtype)
+        point = self.x0 if self.reads is None else self.x0_at(self.reads)
+        start = torch.as_tensor(point, dtype=self._dtype, device=self.device)
         with torch.no_grad():
             out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
         try:
@@ -477,5 +494,5 @@ class CompositeProblem:
             raise ModelError("objective of a stochastic problem needs a batch or CompositeProblem(full_batch=...)")
         xt = torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x), dtype=self._dtype)
         with torch.no_grad():
-            u = self.inner(self.read(xt), batch).detach().cpu().double().numpy()
+            u = self.inner(self.read(xt.to(self.device)), batch).detach().cpu().double().numpy()
         return self.outer.value(u, xt.double().numpy())

@@ -262,6 +262,11 @@ class DMaxProblem:
         self.z, self.Z = self._dual(z0, Z, "z0", "Z")
         self._check_functions()
 
+    @property
+    def device(self) -> torch.device:
+        """Where x0's tensors live: a run defaults to that device."""
+        return next(iter(self.x.initial.values())).device
+
     def with_start(self, x0: Any) -> DMaxProblem:
         """The same problem started at ``x0``: a tensor, dict or module with the names and shapes of its x0."""
         start = Params(x0, "x0")

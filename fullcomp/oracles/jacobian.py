@@ -88,10 +88,11 @@ def rows_by_backward(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
     n = out.numel()
     if not out.requires_grad:  # a map constant in x (or one that detached it; the construction check catches that)
         return out, torch.zeros(n, point.numel(), dtype=out.dtype, device=out.device)
-    basis = torch.eye(n, dtype=out.dtype, device=out.device).reshape(n, *out.shape)
+    # Scalar outputs, not grad_outputs: torch's first call with grad_outputs imports sympy (0.5 s of set-up).
+    flat = out.reshape(-1)
     rows = []
     for i in range(n):
-        (row,) = torch.autograd.grad(out, point, basis[i], retain_graph=i + 1 < n, allow_unused=True)
+        (row,) = torch.autograd.grad(flat[i], point, retain_graph=i + 1 < n, allow_unused=True)
         rows.append(torch.zeros_like(point) if row is None else row)
     jac = rows[0].reshape(1, -1) if n == 1 else torch.stack(rows).reshape(n, -1)
     return out.detach(), jac

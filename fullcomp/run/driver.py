@@ -60,8 +60,11 @@ class Plan:
     progress_key: str = "objective_estimate"
 
 
-def drive(plan: Plan, run: RunOptions, fingerprint: dict, desc: str = "fullcomp") -> Result:
-    """Run ``plan.step`` until the budget is spent (or the callback, convergence or an error stops it)."""
+def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fullcomp") -> Result:
+    """Run ``plan.step`` until the budget is spent (or the callback, convergence or an error stops it).
+
+    ``fingerprint`` identifies the run in its checkpoint (needed only when ``run.checkpoint`` is set).
+    """
     info = dict(plan.info)
     history = History()
     watch = Stopwatch()

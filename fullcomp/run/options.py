@@ -20,7 +20,8 @@ SHARED = {
     "seconds": "budget in optimizer seconds, evaluation and logging excluded (a positive number)",
     "seed": "an int of any integer type seeding the run's torch.Generator, a torch.Generator used as it is, "
     "or None for a fresh random seed (recorded in result.info['seed']); default 0",
-    "device": "torch device of the iterates and oracles, e.g. 'cpu' or 'cuda:0' (default 'cpu')",
+    "device": "torch device of the iterates and oracles, e.g. 'cpu' or 'cuda:0'; default None: where the "
+    "problem's data are (the CPU unless its tensors live on a GPU)",
     "dtype": "floating torch dtype of the run; default None: the problem's dtype, inferred from x0 and its data",
     "x0": "start point for this run instead of the problem's (same shape or container as the problem's x0)",
     "callback": "callback(iterate) -> dict | None | False every eval_every iterations and at the end, outside "
@@ -53,7 +54,8 @@ class RunOptions:
         unknown = set(options) - set(SHARED)
         if unknown:
             raise OptionError(f"{method}: unknown shared option(s) {sorted(unknown)}")
-        device = check_device(options.get("device", "cpu"), method)
+        given = options.get("device")
+        device = check_device(problem.device if given is None else given, method)
         seed, generator = check_seed(options.get("seed", 0), device, method)
         dtype = options.get("dtype")
         if dtype is None:
