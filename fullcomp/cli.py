@@ -100,6 +100,12 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float32", "float64"), help="precision (default: the problem's)")
     parser.add_argument("--eval-every", type=positive_int, default=10, help="iterations between evaluate(x) calls")
     parser.add_argument("--checkpoint", help="checkpoint file; an existing one is resumed")
+    parser.add_argument(
+        "--nproc",
+        type=positive_int,
+        help="run data-parallel on N local processes (torchrun on 127.0.0.1, gloo on CPU); inside a torchrun job "
+        "fullcomp run joins it by itself",
+    )
 
 
 def load_script(path: str | os.PathLike) -> dict[str, Any]:
@@ -216,10 +222,14 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
     ``rest`` holds the script's options (everything after ``--``).
     """
     import fullcomp as fc
+    from fullcomp import distributed
 
     if args.iters is None and args.seconds is None:
         parser.error("give a budget: --iters N (iterations) or --seconds S (optimizer seconds)")
+    if args.nproc is not None and "WORLD_SIZE" not in os.environ:
+        return launch(args.argv, args.nproc)
     check_device(args.device, parser)
+    here = distributed.init() if "WORLD_SIZE" in os.environ else distributed.World()
     hyper = parse_settings(args.set, parser)
     name = args.method or "hmsfw-ii"
     out = Path(args.out) if args.out else Path("runs") / f"{Path(args.script).stem}-{name}-seed{args.seed}"
@@ -253,7 +263,7 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
     except FullcompError as exc:
         # An OracleError carries the run up to the last finite state: keep it on disk before failing.
         partial = getattr(exc, "result", None)
-        if partial is not None:
+        if partial is not None and here.writes:
             partial.info.update(run_info(args, rest))
             try:
                 saved = save_run(partial, out)
@@ -262,10 +272,32 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
             else:
                 print(f"fullcomp run: saved the run up to the failure in {saved}/", file=sys.stderr)
         raise
-    result.info.update(run_info(args, rest))
-    save_run(result, out)
-    print(summary_text(result, out))
+    result.info.update(run_info(args, rest), world_size=here.size)
+    if here.writes:  # one rank writes the run folder
+        save_run(result, out)
+        print(summary_text(result, out))
     return 0
+
+
+def launch(argv: list[str], nproc: int) -> int:
+    """Re-run this command under torchrun on ``nproc`` local processes (loopback only, a free port)."""
+    import socket
+    import subprocess
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kept, skip = [], False
+    for arg in argv:  # the same command without --nproc
+        if skip or arg.startswith("--nproc="):
+            skip = False
+            continue
+        if arg == "--nproc":
+            skip = True
+            continue
+        kept.append(arg)
+    runner = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1"]
+    return subprocess.call([*runner, f"--master-port={port}", "-m", "fullcomp", *kept])
 
 
 def parse_settings(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
@@ -479,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     # Everything after the first -- belongs to the command's handler (the script, for `run`).
     before, rest = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args, unknown = parser.parse_known_args(before)
+    args.argv = argv  # `fullcomp run --nproc N` relaunches the same command under torchrun
     sub = subparsers[args.command]
     if unknown:
         reject_unknown(sub, args, unknown)

@@ -56,3 +56,7 @@ class CallbackError(FullcompError, RuntimeError):
     def __init__(self, message: str, result: Any = None):
         super().__init__(message)
         self.result = result
+
+
+class DistributedError(FullcompError, RuntimeError):
+    """A collective failed: another rank died, hung past the timeout, or disagreed; the message names this rank."""

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fullcomp import distributed
 from fullcomp.algorithms.method import Method, Plan, preset, register, solve
 from fullcomp.algorithms.tracked import SCHEDULE, true_objective
 from fullcomp.errors import OptionError, OracleError
@@ -146,7 +147,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             ) from exc
         if not torch.isfinite(out).all():
             raise OracleError(f"the Hessian contraction of inner(x, batch) has NaN or Inf entries at iteration {k}")
-        return out.detach().to(dtype)
+        return distributed.mean(out.detach().to(dtype))[0]
 
     def track_jacobian(V: torch.Tensor, y: torch.Tensor, y_next: torch.Tensor, beta: float, k: int):
         """One sample at y_next; the value and the next Jacobian tracker V_k -> V_{k+1}."""
@@ -203,7 +204,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         """F(f~(y; batch), y) at each point (read entries), on one batch, without Jacobians."""
         shape = domain.shape if kept is None else (n_read,)
         with torch.no_grad():
-            us = [numpy(problem.inner(p[:n_read].reshape(shape), batch)) for p in points]
+            us = [numpy(distributed.mean(problem.inner(p[:n_read].reshape(shape), batch))[0]) for p in points]
         dense = [numpy(p).reshape(domain.shape) if outer.depends_on_x else None for p in points]
         return [outer.value(u, x) for u, x in zip(us, dense)]
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fullcomp import distributed
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.run.driver import Plan, drive
 from fullcomp.run.fingerprint import problem_fingerprint
@@ -162,6 +163,8 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
     }
     # Only a checkpoint needs the fingerprint, whose data hash reads every array the problem holds.
     stamp = None if run.checkpoint is None else fingerprint(spec, hp, run, problem)
+    if stamp is not None and run.world.parallel:  # each rank holds its own shard: the checkpoint knows them all
+        stamp = {**stamp, "problem": distributed.gather(stamp["problem"])}
     return drive(plan, run, stamp, desc=spec.name)
 
 
@@ -174,6 +177,7 @@ def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:
         "options": {k: _plain(v) for k, v in sorted(hp.items())},
         "seed": run.seed,
         "dtype": str(run.dtype),
+        "world_size": run.world.size,
         "problem": problem_fingerprint(problem),
         "fullcomp": __version__,
     }

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fullcomp import distributed
 from fullcomp.glmo.subgradient import OuterGradient
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle, check_inner_output
@@ -48,7 +49,7 @@ def true_objective(
         read = values(state)
         with torch.no_grad():
             out = problem.inner(read.reshape(shape) if problem.reads is None else read, problem.full_batch)
-        u = check_inner_output(out, n, "evaluating the objective")
+        (u,) = distributed.mean(check_inner_output(out, n, "evaluating the objective"))  # each rank's shard
         return outer.value(numpy(u), point(state) if outer.depends_on_x else None)
 
     return objective
@@ -130,7 +131,8 @@ class InnerMap:
         x_in = self.read(x) if self.index is not None else x.reshape(self.problem.domain.shape)
         with torch.no_grad():
             out = self.problem.inner(x_in, batch)
-        return check_inner_output(out, self.problem.n, f"at iteration {k}").detach().to(self.dtype)
+        value = check_inner_output(out, self.problem.n, f"at iteration {k}").detach().to(self.dtype)
+        return distributed.mean(value)[0]
 
     def chain_rule(self, V: torch.Tensor, g: OuterGradient) -> torch.Tensor:
         """V^T g_u + g_x as a dense flat vector: the (sub)gradient of x -> F(z + V (x - y), x) at x = y."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fullcomp import distributed
 from fullcomp.errors import ModelError, OracleError
 from fullcomp.model.dmax import DMaxProblem, Params, to_run
 
@@ -196,6 +197,10 @@ class DMaxOracle:
         self._k = k
         psi_batch = batch if psi_batch is None else psi_batch
         grads, (_, (phi, psi)) = self._grad(self._blocks(phi_at, psi_at), batch, psi_batch)
+        if distributed.world().parallel:  # the union of the ranks' batches, as DistributedDataParallel averages
+            names = list(grads)
+            phi, psi, *averaged = distributed.mean(phi, psi, *(grads[n] for n in names))
+            grads = dict(zip(names, averaged))
         return Sample(phi, psi, grads.get("phi_x"), grads.get("phi_y"), grads.get("psi_x"), grads.get("psi_z"))
 
     def evaluate(
@@ -213,7 +218,8 @@ class DMaxOracle:
         """
         self._k = where
         with torch.no_grad():
-            return self._terms(self._blocks(phi_at, psi_at), batch, batch if psi_batch is None else psi_batch)
+            phi, psi = self._terms(self._blocks(phi_at, psi_at), batch, batch if psi_batch is None else psi_batch)
+        return distributed.mean(phi, psi)  # each rank evaluated its shard
 
     def values(
         self, *batches: Any, phi_at: Any = None, psi_at: Any = None, where: int | str = "evaluating phi and psi"

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch.func import jacrev, jvp
 
+from fullcomp import distributed
 from fullcomp.errors import ModelError, OracleError
 
 
@@ -71,7 +72,8 @@ class InnerOracle:
             where = f"at iteration {k}"
             check_inner_output(value, self.n, where)
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
-        return value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1)
+        value, jac = distributed.mean(value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1))
+        return value, jac
 
 
 #: Up to this many outputs the Jacobian's rows come from plain backward passes: for one or two rows this is

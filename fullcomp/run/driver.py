@@ -17,6 +17,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from fullcomp import distributed
 from fullcomp.errors import CallbackError
 from fullcomp.run.budget import Stopwatch
 from fullcomp.run.history import History
@@ -69,29 +70,39 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
     history = History()
     watch = Stopwatch()
     state, k = plan.state, 0
-    generator, ckpt = run.generator, run.checkpoint
+    generator, ckpt, here = run.generator, run.checkpoint, run.world
     saved = ckpt.load(fingerprint) if ckpt is not None else None
     if saved is not None:
         state, k, watch.elapsed = saved["state"], saved["k"], saved["time"]
         history = History(r for r in saved["history"] if r["k"] < k)
-        generator.set_state(saved["generator"])
+        generator.set_state(saved["generators"][here.rank] if here.parallel else saved["generator"])
         for name, obj in plan.components.items():
             obj.load_state_dict(saved["components"][name])
         info["resumed_from"] = k
 
     def save() -> None:
-        if ckpt is not None:
-            ckpt.save(
-                fingerprint,
-                {
-                    "state": state,
-                    "k": k,
-                    "time": watch.elapsed,
-                    "history": history.rows,
-                    "generator": generator.get_state(),
-                    "components": {name: obj.state_dict() for name, obj in plan.components.items()},
-                },
-            )
+        """Checkpoint the last complete state; in a distributed job every rank's generator, written by rank 0."""
+        if ckpt is None:
+            return
+        run_state = {
+            "state": state,
+            "k": k,
+            "time": watch.elapsed,
+            "history": history.rows,
+            "components": {name: obj.state_dict() for name, obj in plan.components.items()},
+        }
+        if here.parallel:
+            run_state["generators"] = distributed.gather(generator.get_state())
+        else:
+            run_state["generator"] = generator.get_state()
+        if here.writes:
+            ckpt.save(fingerprint, run_state)
+
+    def over_time(elapsed: float) -> bool:
+        """The budget decision, the same on every rank (the slowest rank's time decides)."""
+        if run.budget.seconds is None:
+            return False
+        return run.budget.over_time(distributed.agree(elapsed) if here.parallel else elapsed)
 
     every = run.eval_every
     want_objective = plan.objective is not None
@@ -145,14 +156,14 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
         while True:
             if not run.budget.iterations_left(k):
                 break
-            if run.budget.over_time(watch.elapsed):
+            if over_time(watch.elapsed):
                 status = "seconds"
                 break
             started = watch.elapsed
             with watch:
                 new_state, row = plan.step(state, k)
             row = {"k": k, "time": started, **row}
-            if run.budget.over_time(watch.elapsed):
+            if over_time(watch.elapsed):
                 # This update crossed the budget: score the last complete in-budget state, and its time.
                 watch.elapsed = started
                 status, closed = "seconds", True
@@ -160,6 +171,8 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
                 break
             pending = (row, new_state)
             wants_stop = record(row, k, state, False)
+            if here.parallel:  # a callback on any rank stops every rank
+                wants_stop = bool(distributed.agree(float(wants_stop)))
             commit()
             bar.update(1)
             if plan.progress_key in row and k % 10 == 0:
@@ -181,7 +194,8 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
         # Every finite row so far is kept, with the last complete state's own row when it can be computed.
         if pending is not None:
             commit()
-            save()
+            if not here.parallel:  # a collective now could wait on a rank that failed elsewhere
+                save()
         elif not closed and not isinstance(exc, CallbackError):
             try:
                 closing_row()
@@ -197,7 +211,8 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
     except KeyboardInterrupt:
         if pending is not None:
             commit()
-            save()
+            if not here.parallel:
+                save()
         raise
     finally:
         bar.close()

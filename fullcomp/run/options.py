@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from fullcomp import distributed
 from fullcomp.errors import OptionError
 from fullcomp.run.budget import Budget
 from fullcomp.run.checkpoint import Checkpoint
@@ -48,6 +49,7 @@ class RunOptions:
     eval_every: int | None
     progress: bool
     checkpoint: Checkpoint | None
+    world: distributed.World = distributed.World()
 
     @classmethod
     def resolve(cls, problem: Any, method: str, options: dict) -> RunOptions:
@@ -56,7 +58,8 @@ class RunOptions:
             raise OptionError(f"{method}: unknown shared option(s) {sorted(unknown)}")
         given = options.get("device")
         device = check_device(problem.device if given is None else given, method)
-        seed, generator = check_seed(options.get("seed", 0), device, method)
+        here = distributed.world()
+        seed, generator = check_seed(options.get("seed", 0), device, method, here)
         dtype = options.get("dtype")
         if dtype is None:
             dtype = problem.dtype
@@ -84,8 +87,9 @@ class RunOptions:
             x0=options.get("x0"),
             callback=callback,
             eval_every=None if eval_every is None else int(eval_every),
-            progress=progress,
+            progress=progress and here.writes,
             checkpoint=Checkpoint.coerce(options.get("checkpoint")),
+            world=here,
         )
 
 
@@ -109,9 +113,18 @@ def check_device(value: Any, method: str) -> torch.device:
     return device
 
 
-def check_seed(value: Any, device: torch.device, method: str) -> tuple[int, torch.Generator]:
-    """(seed, generator) from an int of any integer type, a torch.Generator or None (a fresh random seed)."""
+def check_seed(
+    value: Any, device: torch.device, method: str, here: distributed.World | None = None
+) -> tuple[int, torch.Generator]:
+    """(seed, generator) from an int of any integer type, a torch.Generator or None (a fresh random seed).
+
+    In a distributed job each rank's generator is seeded by ``distributed.rank_seed(seed, rank)``; a seed
+    of None is drawn once, on rank 0, and shared.
+    """
+    here = here or distributed.World()
     if isinstance(value, torch.Generator):
+        if here.parallel:
+            raise OptionError(f"{method}: in a distributed job pass seed= an int; each rank derives its own generator")
         if value.device.type != device.type:
             raise OptionError(
                 f"{method}: seed is a torch.Generator on {value.device}, but the run is on {device}; "
@@ -119,9 +132,9 @@ def check_seed(value: Any, device: torch.device, method: str) -> tuple[int, torc
             )
         return int(value.initial_seed()), value
     if value is None:
-        value = secrets.randbits(62)
+        value = int(distributed.agree(secrets.randbits(52), "max")) if here.parallel else secrets.randbits(62)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise OptionError(
             f"{method}: seed must be a non-negative int (numpy integers too), a torch.Generator or None, got {value!r}"
         )
-    return int(value), torch.Generator(device=device).manual_seed(int(value))
+    return int(value), torch.Generator(device=device).manual_seed(distributed.rank_seed(int(value), here.rank))

@@ -1,0 +1,168 @@
+"""Data parallelism on ``torch.distributed``: each process holds a shard of the data, the oracles average.
+
+fullcomp runs no engine of its own.  Inside a job started by ``torchrun`` (or
+any job that called ``torch.distributed.init_process_group``), every method
+runs on every process: each rank samples its own shard with its own generator
+(:func:`rank_seed`), and the oracle layer averages what the ranks sampled
+(values, Jacobians, gradients) with one all-reduce, so every rank takes the
+same step and keeps the same iterate.  Only rank 0 writes history files,
+checkpoints and the progress bar.
+
+The sampling rule: rank r of W draws its minibatch from its shard with a
+generator seeded by ``rank_seed(seed, r)``; the global minibatch is the union
+of the W minibatches, and the averaged estimate is that union's when every rank
+draws the same number of samples (per group, for group losses).  A
+single-process run whose sampler returns the union of the W draws is the same
+run, up to the order of floating-point sums.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullcomp.errors import DistributedError, OptionError
+
+#: Seconds a collective may wait for the other ranks before the run stops with a DistributedError.
+DEFAULT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job: ``rank`` of ``size`` (0 of 1 outside a distributed job)."""
+
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def parallel(self) -> bool:
+        return self.size > 1
+
+    @property
+    def writes(self) -> bool:
+        """Whether this rank writes files and shows progress (rank 0 only)."""
+        return self.rank == 0
+
+
+def world() -> World:
+    """The current job's World: from ``torch.distributed`` when a process group is initialized."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return World(dist.get_rank(), dist.get_world_size())
+    return World()
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``'s generator: ``seed`` itself on rank 0, a SeedSequence child elsewhere."""
+    if rank == 0:
+        return int(seed)
+    return int(np.random.SeedSequence([int(seed), int(rank)]).generate_state(1, dtype=np.uint64)[0] >> 2)
+
+
+def shard(count: int, rank: int | None = None, size: int | None = None) -> slice:
+    """The contiguous block of ``range(count)`` that rank ``rank`` of ``size`` holds (the current rank by default)."""
+    here = world()
+    rank = here.rank if rank is None else rank
+    size = here.size if size is None else size
+    per = math.ceil(count / size)
+    return slice(min(rank * per, count), min((rank + 1) * per, count))
+
+
+def init(backend: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> World:
+    """Join the job torchrun started (its RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT variables).
+
+    ``backend`` defaults to NCCL when CUDA is present and gloo otherwise; a collective waiting longer than
+    ``timeout`` seconds for another rank raises, so a dead or hung rank never hangs the others.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return world()
+    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+    if missing:
+        raise OptionError(
+            f"not inside a distributed job: {', '.join(missing)} unset; launch with torchrun --nproc-per-node N "
+            "(or fullcomp run --nproc N)"
+        )
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout))
+    return world()
+
+
+def _collective(call: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        call(*args, **kwargs)
+    except Exception as exc:  # gloo and NCCL raise RuntimeError (and subclasses) on a lost or hung peer
+        here = world()
+        raise DistributedError(
+            f"rank {here.rank} of {here.size}: a collective failed ({type(exc).__name__}: {str(exc)[:300]}); "
+            "another rank died, hung past the timeout, or reached a different point of the run. The run stops"
+        ) from exc
+
+
+def mean(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The average of each tensor over the ranks (one all-reduce of one flat buffer); the tensors themselves
+    when there is one process."""
+    here = world()
+    if not here.parallel:
+        return tensors
+    import torch.distributed as dist
+
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    _collective(dist.all_reduce, flat, op=dist.ReduceOp.SUM)
+    flat = flat / here.size
+    out, start = [], 0
+    for t in tensors:
+        out.append(flat[start : start + t.numel()].view_as(t))
+        start += t.numel()
+    return tuple(out)
+
+
+def agree(value: float, op: str = "max") -> float:
+    """``value`` reduced over the ranks ("max" or "min"), so decisions such as a time budget are the same
+    everywhere; ``value`` itself with one process."""
+    here = world()
+    if not here.parallel:
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    _collective(dist.all_reduce, t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN)
+    return float(t.item())
+
+
+def gather(value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order, on every rank (checkpoints keep each rank's generator state)."""
+    here = world()
+    if not here.parallel:
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * here.size
+    _collective(dist.all_gather_object, out, value)
+    return out
+
+
+__all__ = [
+    "World",
+    "world",
+    "init",
+    "rank_seed",
+    "shard",
+    "mean",
+    "agree",
+    "gather",
+    "DistributedError",
+    "DEFAULT_TIMEOUT",
+]

@@ -1,0 +1,124 @@
+"""Problems sharded over ranks, and their single-process twins whose sampler draws the union of the ranks' batches.
+
+Used by tests/test_distributed.py in its worker processes (``python distributed_cases.py CASE ...``) and in
+the test process itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import cvxpy as cp
+import torch
+
+import fullcomp as fc
+from fullcomp.distributed import rank_seed
+
+SEED, WORLD, ROWS, BATCH = 5, 2, 64, 8
+X = torch.randn(ROWS, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+TARGET = (X[:, 0] - X[:, 1] > 0).double()
+A = torch.randn(3, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+
+
+def shard_rows(rank: int) -> torch.Tensor:
+    return torch.arange(ROWS)[fc.distributed.shard(ROWS, rank, WORLD)]
+
+
+def sampler_for(rank: int | None):
+    """rank r: BATCH rows of its shard from the run's generator; None: the union of every rank's draw."""
+    if rank is not None:
+        rows = shard_rows(rank)
+        return lambda gen: rows[torch.randint(rows.numel(), (BATCH,), generator=gen)]
+    others: dict = {}
+
+    def union(gen):
+        # The run's generator is rank 0's stream; ranks 1.. get the streams they would have in a job.
+        if gen.initial_seed() == SEED and not others:
+            others.update({r: torch.Generator().manual_seed(rank_seed(SEED, r)) for r in range(1, WORLD)})
+        streams = [gen] + [others.get(r, torch.Generator().manual_seed(0)) for r in range(1, WORLD)]
+        return torch.cat([sampler_for(r)(g) for r, g in enumerate(streams)])
+
+    return union
+
+
+def composite(rank: int | None) -> fc.CompositeProblem:
+    def inner(x, rows):
+        return torch.nn.functional.softplus((X[rows] * x).sum(1, keepdim=True) * A.sum(1) - A @ x).mean(0)
+
+    exact = torch.arange(ROWS) if rank is None else shard_rows(rank)  # each rank's full batch is its shard
+    return fc.CompositeProblem(
+        cp.max(fc.inner_value(3)), inner, fc.L1Ball(6, 2.0), sampler=sampler_for(rank), full_batch=exact
+    )
+
+
+def dmax(rank: int | None) -> fc.DMaxProblem:
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)).double()
+    torch.manual_seed(3)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+
+    def phi(net, y, rows):
+        margin = net(X[rows]).squeeze(-1) * (2 * TARGET[rows] - 1)
+        return torch.nn.functional.softplus(-margin).mean() + y @ net.params["0.bias"] - 0.5 * (y @ y)
+
+    exact = torch.arange(ROWS) if rank is None else shard_rows(rank)  # each rank's full batch is its shard
+    y0 = torch.zeros(4, dtype=torch.float64)
+    return fc.DMaxProblem(phi, x0=model, y0=y0, Y=fc.L2Ball(4, 1.0), sampler=sampler_for(rank), full_batch=exact)
+
+
+RUNS = {
+    "hmsfw": (composite, {}),
+    "psg": (composite, {"eta": 0.1}),
+    "smag": (dmax, {"gamma": 0.5, "eta0": 0.2, "eta1": 0.1}),
+}
+
+
+def flat(x) -> list[float]:
+    if isinstance(x, torch.nn.Module):
+        x = dict(x.named_parameters())
+    if isinstance(x, dict):
+        x = torch.cat([v.detach().reshape(-1) for v in x.values()])
+    return x.detach().reshape(-1).tolist()
+
+
+def record(result) -> dict:
+    return {"x": flat(result.x), "rows": [{k: v for k, v in r.items() if k != "time"} for r in result.history]}
+
+
+def worker(case: str, out: str, extra: str) -> None:
+    """One rank of a 2-process job on 127.0.0.1 (the test sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+    here = fc.distributed.init(backend="gloo", timeout=15.0)
+    found: dict = {}
+    if case == "equivalence":
+        for name, (build, options) in RUNS.items():
+            found[name] = record(fc.solve(build(here.rank), name, iters=20, seed=SEED, progress=False, **options))
+    elif case == "checkpoint":
+        build, options = RUNS["hmsfw"]
+        path = os.path.join(extra, "run.ckpt")
+        fc.solve(build(here.rank), "hmsfw", iters=8, seed=SEED, progress=False, checkpoint=fc.Checkpoint(path, every=4))
+        resumed = fc.solve(
+            build(here.rank), "hmsfw", iters=16, seed=SEED, progress=False, checkpoint=fc.Checkpoint(path, every=4)
+        )
+        whole = fc.solve(build(here.rank), "hmsfw", iters=16, seed=SEED, progress=False)
+        found = {"resumed_from": resumed.info["resumed_from"], "resumed": record(resumed), "whole": record(whole)}
+    elif case == "kill":
+
+        def die(it):
+            if here.rank == 1 and it.k == 5:
+                os._exit(3)  # a rank lost mid-run, with no goodbye
+
+        started = time.monotonic()
+        try:
+            fc.solve(composite(here.rank), "hmsfw", iters=10_000, seed=SEED, progress=False, callback=die)
+        except fc.errors.DistributedError as exc:
+            found = {"error": str(exc), "seconds": time.monotonic() - started}
+    if here.rank == 0:
+        with open(out, "w") as fh:
+            json.dump(found, fh)
+
+
+if __name__ == "__main__":
+    worker(*sys.argv[1:4])

@@ -1,0 +1,95 @@
+"""Data parallelism on torch.distributed: 2 processes on 127.0.0.1 with gloo, free ports, bounded timeouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from distributed_cases import RUNS, SEED, WORLD, composite, record
+
+import fullcomp as fc
+
+HERE = Path(__file__).parent
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed support")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150) -> tuple[dict, list[int]]:
+    """Run ``distributed_cases.py case`` on WORLD local ranks; rank 0's findings and every exit code."""
+    out, port = tmp_path / f"{case}.json", free_port()
+    procs = []
+    for rank in range(WORLD):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(WORLD),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(HERE / "distributed_cases.py"), case, str(out), extra],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    codes, logs = [], []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0].decode(errors="replace"))
+            codes.append(p.returncode)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    found = json.loads(out.read_text()) if out.exists() else {}
+    assert found, "rank 0 wrote nothing; logs:\n" + "\n".join(log[-2000:] for log in logs)
+    return found, codes
+
+
+def close(a: list[dict], b: list[dict], tol: float, name: str) -> None:
+    assert len(a) == len(b), name
+    for ra, rb in zip(a, b):
+        assert ra.keys() == rb.keys(), name
+        for key in ra:
+            assert ra[key] == pytest.approx(rb[key], rel=tol, abs=tol), (name, key, ra["k"])
+
+
+def test_two_ranks_match_one_process_drawing_the_union(tmp_path):
+    found, codes = job("equivalence", tmp_path)
+    assert codes == [0, 0]
+    for name, (build, options) in RUNS.items():
+        single = record(fc.solve(build(None), name, iters=20, seed=SEED, progress=False, **options))
+        # Equal up to the order of floating-point sums: the mean of the ranks' means against the union's mean.
+        assert found[name]["x"] == pytest.approx(single["x"], rel=1e-10, abs=1e-10), name
+        close(found[name]["rows"], single["rows"], 1e-9, name)
+
+
+def test_checkpoint_and_resume_on_two_ranks(tmp_path):
+    found, codes = job("checkpoint", tmp_path, extra=str(tmp_path))
+    assert codes == [0, 0] and found["resumed_from"] == 8
+    assert found["resumed"] == found["whole"]  # every rank's generator came back: the same trajectory
+    # The checkpoint knows its world size: one process may not resume it.
+    with pytest.raises(fc.errors.CheckpointError, match="world_size was 2, now 1"):
+        fc.solve(composite(0), "hmsfw", iters=16, seed=SEED, progress=False, checkpoint=tmp_path / "run.ckpt")
+
+
+def test_a_lost_rank_stops_the_others_with_a_clear_error(tmp_path):
+    found, codes = job("kill", tmp_path, timeout=120)
+    assert codes[1] == 3
+    assert "rank 0 of 2" in found["error"] and "another rank died" in found["error"]
+    assert found["seconds"] < 60
