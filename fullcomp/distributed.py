@@ -29,6 +29,9 @@ import torch
 
 from fullcomp.errors import DistributedError, OptionError
 
+#: What this process has sent through :func:`mean` (all-reduce calls and payload bytes), for benchmarks.
+traffic = {"calls": 0, "bytes": 0}
+
 #: Seconds a collective may wait for the other ranks before the run stops with a DistributedError.
 DEFAULT_TIMEOUT = 60.0
 
@@ -118,6 +121,8 @@ def mean(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     import torch.distributed as dist
 
     flat = torch.cat([t.reshape(-1) for t in tensors])
+    traffic["calls"] += 1
+    traffic["bytes"] += flat.numel() * flat.element_size()
     _collective(dist.all_reduce, flat, op=dist.ReduceOp.SUM)
     flat = flat / here.size
     out, start = [], 0

@@ -1,0 +1,172 @@
+"""Data-parallel fullcomp on 1 and 2 local processes (gloo on 127.0.0.1, one thread each), measured in one run.
+
+- The PU protocol's SMAG (digits, global batch 64 + 64 split evenly over the ranks, each rank sampling its own
+  shard of S_+ and S_u): optimizer seconds per epoch (|S_u| / 64 updates) with 1 and with 2 processes.
+- HMSFW on a dense composite problem (7 group losses of a d = 2,000 logistic model, global batch 256 rows):
+  seconds per update and the bytes each update all-reduces (measured by ``fullcomp.distributed.traffic``).
+- A projection to 8 and 64 hosts from these measurements and a network model stated below.
+
+    python benchmarks/distributed.py
+    python benchmarks/distributed.py --latency-us 50 --bandwidth-gbs 1.25    # the network model's parameters
+
+Not measured here: the structured (``reads=``) path at 10M ratings, which this version averages densely over
+its read entries instead of sharding them (see docs/distributed.md), and anything on NCCL or across hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+import cvxpy as cp
+import torch
+
+import fullcomp as fc
+from fullcomp.datasets import digits, pu_problem, pu_split
+
+ITERS_DENSE = 60
+
+
+def pu_on_shard(world: fc.distributed.World):
+    data = pu_split(digits(), split_seed=0)
+    part = dataclasses.replace(
+        data,
+        positive=data.positive[fc.distributed.shard(len(data.positive), world.rank, world.size)],
+        unlabeled=data.unlabeled[fc.distributed.shard(len(data.unlabeled), world.rank, world.size)],
+    )
+    return pu_problem(part, batch=64 // world.size), len(data.unlabeled) // 64
+
+
+def dense_on_shard(world: fc.distributed.World, rows: int = 4096, d: int = 2000, groups: int = 7):
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(rows, d, generator=gen, dtype=torch.float64) / d**0.5
+    y = torch.sign(X[:, 0] + 0.1 * torch.randn(rows, generator=gen, dtype=torch.float64))
+    g = torch.arange(rows) % groups
+    mine = torch.arange(rows)[fc.distributed.shard(rows, world.rank, world.size)]
+    per = 256 // world.size
+
+    def inner(w, idx):
+        losses = torch.nn.functional.softplus(-y[idx] * (X[idx] @ w))
+        return torch.zeros(groups, dtype=w.dtype).index_add(0, g[idx], losses) / (idx.numel() / groups)
+
+    def sampler(gen):
+        return mine[torch.randint(mine.numel(), (per,), generator=gen)]
+
+    return fc.CompositeProblem(cp.max(fc.inner_value(groups)), inner, fc.L1Ball(d, 10.0), sampler=sampler)
+
+
+def jacobian_seconds(problem: fc.CompositeProblem, repeats: int = 30) -> float:
+    """Seconds of one sample and its Jacobian on one process: the part of an update that divides over ranks."""
+    import time
+
+    from fullcomp.oracles import InnerOracle
+
+    oracle = InnerOracle(problem.inner, problem.n, problem.domain.shape, "cpu", torch.float64)
+    gen, y = torch.Generator().manual_seed(1), torch.zeros(problem.domain.size, dtype=torch.float64)
+    start = time.perf_counter()
+    for k in range(repeats):
+        oracle(y, problem.sample(gen), k)
+    return (time.perf_counter() - start) / repeats
+
+
+def measure(world: fc.distributed.World) -> dict:
+    torch.set_num_threads(1)
+    pu, per_epoch = pu_on_shard(world)
+    smag = fc.smag(pu, gamma=0.5, eta0=0.2, eta1=0.1, iters=3 * per_epoch, seed=0, progress=False)
+    fc.distributed.traffic.update(calls=0, bytes=0)
+    problem = dense_on_shard(world)
+    dense = fc.hmsfw(problem, iters=ITERS_DENSE, seed=0, progress=False, max_pricing=5)
+    sent = dict(fc.distributed.traffic)  # the first sample at set-up is one more reduction than the updates
+    return {
+        "smag_epoch_s": smag.info["optimizer_seconds"] / 3,
+        "dense_update_s": dense.info["optimizer_seconds"] / ITERS_DENSE,
+        "dense_bytes_per_update": sent["bytes"] / (ITERS_DENSE + 1),
+        "dense_reductions_per_update": sent["calls"] / (ITERS_DENSE + 1),
+        "jacobian_s": jacobian_seconds(problem),
+    }
+
+
+def worker(out: str) -> None:
+    world = fc.distributed.init(backend="gloo", timeout=120)
+    found = measure(world)
+    if world.writes:
+        with open(out, "w") as fh:
+            json.dump(found, fh)
+
+
+def two_processes() -> dict:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tempfile.mktemp(suffix=".json")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", out],
+            env={
+                **os.environ,
+                "RANK": str(r),
+                "LOCAL_RANK": str(r),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "OMP_NUM_THREADS": "1",
+            },
+        )
+        for r in range(2)
+    ]
+    for p in procs:
+        p.wait(timeout=900)
+    with open(out) as fh:
+        return json.load(fh)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--latency-us", type=float, default=50.0, help="per-message latency alpha (default 50 us)")
+    parser.add_argument("--bandwidth-gbs", type=float, default=1.25, help="link bandwidth (default 1.25 GB/s, 10 GbE)")
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker)
+    one, two = measure(fc.distributed.World()), two_processes()
+    print("PU protocol, SMAG (digits), optimizer seconds per epoch")
+    print(
+        f"  1 process {one['smag_epoch_s']:.3f}   2 processes {two['smag_epoch_s']:.3f}   "
+        f"ratio {two['smag_epoch_s'] / one['smag_epoch_s']:.2f}"
+    )
+    print("dense composite HMSFW (7 groups, d = 2000, global batch 256), optimizer seconds per update")
+    print(
+        f"  1 process {one['dense_update_s'] * 1e3:.2f} ms   2 processes {two['dense_update_s'] * 1e3:.2f} ms   "
+        f"ratio {two['dense_update_s'] / one['dense_update_s']:.2f}"
+    )
+    print(
+        f"  all-reduced per update: {two['dense_bytes_per_update']:.0f} bytes in "
+        f"{two['dense_reductions_per_update']:.1f} all-reduce(s) (the 7 x 2000 Jacobian and 7 values, float64)"
+    )
+    # Ring all-reduce of m bytes on W hosts: 2 (W - 1) messages of m / W bytes per rank.
+    alpha, beta = args.latency_us * 1e-6, args.bandwidth_gbs * 1e9
+    m = two["dense_bytes_per_update"] / max(two["dense_reductions_per_update"], 1)
+    compute = one["dense_update_s"]
+    print(
+        f"projection (ring all-reduce, alpha = {args.latency_us:g} us, beta = {args.bandwidth_gbs:g} GB/s; the "
+        "per-rank sampling and Jacobian work divides by W; the GLMO, trackers and update run on every rank)"
+    )
+    sampled = min(one["jacobian_s"], compute)  # measured on one process: sample + Jacobian of the global batch
+    print(
+        f"  measured on 1 process: {sampled * 1e3:.2f} ms of sampling and Jacobian, "
+        f"{(compute - sampled) * 1e3:.2f} ms of GLMO, trackers and update"
+    )
+    for hosts in (8, 64):
+        comm = two["dense_reductions_per_update"] * 2 * (hosts - 1) * (alpha + m / hosts / beta)
+        t = sampled / hosts + (compute - sampled) + comm
+        print(f"  {hosts:>2} hosts: {t * 1e3:.2f} ms per update ({comm * 1e3:.2f} ms of it communication)")
+
+
+if __name__ == "__main__":
+    main()
