@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fullcomp.errors import OptionError
@@ -184,7 +184,6 @@ class Param:
     accepts: tuple[Constraint, ...]
     default: Any = REQUIRED
     doc: str = ""
-    check: Callable[[Any], str | None] | None = field(default=None, compare=False)
 
     @property
     def required(self) -> bool:
@@ -194,42 +193,27 @@ class Param:
         forms = [c.describe() for c in self.accepts]
         return forms[0] if len(forms) == 1 else ", ".join(forms[:-1]) + " or " + forms[-1]
 
-    def resolve(self, value: Any, method: str) -> Any:
-        """The normalized value, or an OptionError naming the method, the option and what it accepts."""
+    def _accept(self, value: Any) -> tuple[bool, Any]:
+        """(True, the normalized value) under the first constraint that takes it, else (False, value)."""
         for constraint in self.accepts:
             try:
-                value = constraint.accept(value)
-                break
+                return True, constraint.accept(value)
             except (ValueError, TypeError):
                 continue
-        else:
-            raise OptionError(
-                f"{method}: {self.name} must be {self.describe()} ({self.doc}); got {value!r}"
-                if self.doc
-                else f"{method}: {self.name} must be {self.describe()}; got {value!r}"
-            )
-        problem = self.check(value) if self.check is not None and value is not None else None
-        if problem:
-            raise OptionError(f"{method}: {self.name}={value!r} {problem}")
+        return False, value
+
+    def resolve(self, value: Any, method: str) -> Any:
+        """The normalized value, or an OptionError naming the method, the option and what it accepts."""
+        ok, value = self._accept(value)
+        if not ok:
+            meaning = f" ({self.doc})" if self.doc else ""
+            raise OptionError(f"{method}: {self.name} must be {self.describe()}{meaning}; got {value!r}")
         return value
 
     def bad_values(self) -> list[Any]:
-        """Values every constraint of this parameter rejects."""
+        """Values every constraint of this parameter rejects (a generated test feeds them to every method)."""
         candidates = [object(), *(v for c in self.accepts for v in c.bad_values())]
-        bad = []
-        for value in candidates:
-            try:
-                for c in self.accepts:
-                    try:
-                        c.accept(value)
-                        break
-                    except (ValueError, TypeError):
-                        continue
-                else:
-                    bad.append(value)
-            except Exception:  # noqa: BLE001 - a candidate that breaks a constraint is still a bad value
-                bad.append(value)
-        return bad
+        return [v for v in candidates if not self._accept(v)[0]]
 
 
 def check_params(params: Iterable[Param], given: Mapping[str, Any], method: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import torch
 
 from fullcomp import distributed
 from fullcomp.algorithms.method import Method, Plan, preset, register, solve
-from fullcomp.algorithms.tracked import SCHEDULE, true_objective
+from fullcomp.algorithms.tracked import SCHEDULE, WARM_HALVINGS, true_objective
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem
@@ -27,8 +27,6 @@ TRACKERS = ("polyak", "storm", "hessian")
 HESSIAN_POINTS = {"uniform": (1.0, 1.0), "beta": (0.5, 0.5)}
 #: Above this many entries the structured path does not rebuild the dense iterate.
 MAX_DENSE = 50_000_000
-#: Halvings the warm-start test of the first step tries before settling on its smallest step.
-WARM_HALVINGS = 10
 
 _ORDER = Interval(float, 1, 2, "right")
 PARAMS = (

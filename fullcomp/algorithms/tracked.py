@@ -55,7 +55,7 @@ def true_objective(
     return objective
 
 
-#: Halvings of the first step that a warm start tries (as HMSFW's first-step line search).
+#: Halvings of the first step a warm start's line search tries (HMSFW's gamma_0, the baselines' first move).
 WARM_HALVINGS = 10
 
 
