@@ -25,7 +25,17 @@ from fullcomp.errors import OptionError
 from fullcomp.run.history import History
 
 #: history columns every HMSFW run has; any other numeric column is an evaluated metric
-STANDARD = ("k", "time", "objective_estimate", "gap_estimate", "glmo_gap", "pricing_calls", "glmo_converged")
+STANDARD = (
+    "k",
+    "time",
+    "objective_estimate",
+    "objective",
+    "gap_estimate",
+    "glmo_gap",
+    "pricing_calls",
+    "glmo_converged",
+    "gamma",
+)
 
 
 @dataclass
@@ -219,7 +229,7 @@ def table(runs: list[Run]) -> str:
     metrics: list[str] = []
     for run in runs:
         metrics += [m for m in run.metrics() if m not in metrics]
-    header = ["run", "method", "seed", "iterations", "optimizer_s", "objective_est", "gap_est", *metrics]
+    header = ["run", "method", "seed", "iterations", "optimizer_s", "objective_est", "objective", "gap_est", *metrics]
     rows = [header]
     for run in runs:
         seconds = run.summary.get("optimizer_seconds", run.last("time"))
@@ -232,6 +242,7 @@ def table(runs: list[Run]) -> str:
                 iterations,
                 f"{float(seconds):.2f}",
                 run.last("objective_estimate"),
+                run.last("objective"),
                 run.last("gap_estimate"),
                 *(run.last(m) for m in metrics),
             ]
@@ -256,6 +267,8 @@ def plot(runs: list[Run], folder: str | os.PathLike) -> list[Path]:
     for run in runs:
         metrics += [m for m in run.metrics() if m not in metrics]
     panels = [("objective_estimate", "objective estimate F(z_k, y_k)", "objective.png", False)]
+    if any("objective" in run.history.columns for run in runs):  # the true phi, where the problem could compute it
+        panels.append(("objective", "objective phi (exact, at eval_every)", "true_objective.png", False))
     panels.append(("gap_estimate", "gap estimate (log scale)", "gap.png", True))
     panels += [(m, m, f"{m}.png", False) for m in metrics]
     saved = []

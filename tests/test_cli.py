@@ -92,13 +92,13 @@ def test_report_table(runs: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["report", str(runs)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     header = lines[0].split()
-    assert header[:7] == ["run", "method", "seed", "iterations", "optimizer_s", "objective_est", "gap_est"]
+    assert header[:8] == ["run", "method", "seed", "iterations", "optimizer_s", "objective_est", "objective", "gap_est"]
     body = {line.split()[0]: line.split() for line in lines[2:]}
     assert set(body) == {"i", "ii"}
     assert body["i"][1:4] == ["hmsfw-i", "3", "4"] and body["ii"][1:4] == ["hmsfw-ii", "0", "4"]
     final = read_history(runs / "ii")[-1]
     assert float(body["ii"][5]) == pytest.approx(float(final["objective_estimate"]), rel=1e-5)
-    assert float(body["ii"][6]) == pytest.approx(float(final["gap_estimate"]), rel=1e-5)
+    assert float(body["ii"][7]) == pytest.approx(float(final["gap_estimate"]), rel=1e-5)
 
 
 def test_report_plot_writes_pngs(runs: Path, capsys: pytest.CaptureFixture) -> None:
