@@ -69,14 +69,39 @@ def dmax(rank: int | None) -> fc.DMaxProblem:
     return fc.DMaxProblem(phi, x0=model, y0=y0, Y=fc.L2Ball(4, 1.0), sampler=sampler_for(rank), full_batch=exact)
 
 
+OBSERVED = torch.randperm(10 * 12, generator=torch.Generator().manual_seed(4))[:ROWS].numpy()
+RATINGS = torch.randn(ROWS, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+
+
+def completion(rank: int | None) -> fc.CompositeProblem:
+    """Every rank reads all observed entries and samples the ratings of its own shard (reads= path)."""
+
+    def inner(values, picks):
+        err = values[picks] - RATINGS[picks]
+        return torch.stack([(err**2).mean(), err.abs().mean()])
+
+    exact = torch.arange(ROWS) if rank is None else shard_rows(rank)
+    return fc.CompositeProblem(
+        cp.max(fc.inner_value(2)),
+        inner,
+        fc.NuclearBall((10, 12), 3.0),
+        sampler=sampler_for(rank),
+        full_batch=exact,
+        reads=OBSERVED,
+    )
+
+
 RUNS = {
     "hmsfw": (composite, {}),
+    "hmsfw-structured": (completion, {"max_pricing": 3}),
     "psg": (composite, {"eta": 0.1}),
     "smag": (dmax, {"gamma": 0.5, "eta0": 0.2, "eta1": 0.1}),
 }
 
 
 def flat(x) -> list[float]:
+    if x is None:
+        return []
     if isinstance(x, torch.nn.Module):
         x = dict(x.named_parameters())
     if isinstance(x, dict):
@@ -94,7 +119,8 @@ def worker(case: str, out: str, extra: str) -> None:
     found: dict = {}
     if case == "equivalence":
         for name, (build, options) in RUNS.items():
-            found[name] = record(fc.solve(build(here.rank), name, iters=20, seed=SEED, progress=False, **options))
+            method = name.split("-structured")[0]
+            found[name] = record(fc.solve(build(here.rank), method, iters=20, seed=SEED, progress=False, **options))
     elif case == "checkpoint":
         build, options = RUNS["hmsfw"]
         path = os.path.join(extra, "run.ckpt")
