@@ -6,7 +6,7 @@ X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x), and
 ``fc.describe(name)``).
 """
 
-from fullcomp import datasets, errors, metrics, noise
+from fullcomp import datasets, distributed, errors, metrics, noise
 from fullcomp.algorithms import hmsfw, scfw
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.linasa import linasa_icg
@@ -54,5 +54,5 @@ __all__ = [
     "Stationarity",
 ]
 __all__ += ["psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method"]
-__all__ += ["noise", "metrics"]
+__all__ += ["noise", "metrics", "distributed"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
