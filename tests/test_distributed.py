@@ -94,3 +94,30 @@ def test_a_lost_rank_stops_the_others_with_a_clear_error(tmp_path):
     assert codes[1] == 3
     assert "rank 0 of 2" in found["error"] and "another rank died" in found["error"]
     assert found["seconds"] < 60
+
+
+SCRIPT = """
+import torch, fullcomp as fc
+
+def build(args):
+    rows = torch.arange(64)[fc.distributed.shard(64)]
+    X = torch.randn(64, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def sampler(g):
+        return rows[torch.randint(rows.numel(), (8,), generator=g)]
+
+    return fc.DMaxProblem(lambda x, r: ((X[r] @ x - 1) ** 2).mean(), psi=lambda x, r: x.abs().sum(),
+                          x0=torch.zeros(3, dtype=torch.float64), sampler=sampler)
+"""
+
+
+def test_fullcomp_run_nproc_launches_a_local_job(tmp_path):
+    script = tmp_path / "dc.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "fullcomp", "run", str(script), "--method", "sgd", "--set", "eta=0.1"]
+    argv += ["--iters", "20", "--no-progress", "--out", str(out), "--nproc", "2"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    loaded = fc.Result.load(out)
+    assert loaded.info["world_size"] == 2 and loaded.info["method"] == "sgd" and len(loaded.history) == 21
