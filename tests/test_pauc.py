@@ -315,7 +315,7 @@ def test_selection_uses_validation_only(tmp_path):
         data,
         "sopa,smag",
         grids=grids,
-        budget=pauc.Budget(20, 8, 8),
+        budget=pauc.Workload(20, 8, 8),
         config_path=tmp_path / "c.json",
         base_config={"settings": {}},
     )

@@ -399,8 +399,8 @@ def load(data_dir: str | os.PathLike) -> TabularData:
 
 
 @dataclass
-class Budget:
-    """Iterations per run and the mini-batch sizes (the same for every method)."""
+class Workload:
+    """Iterations per run and the mini-batch sizes (the same for every method); not a time budget."""
 
     iters: int
     batch_pos: int = 64
@@ -415,7 +415,7 @@ class Budget:
 
 #: Iterations and batch sizes per data set: Adult about 3 epochs of 128-row batches (the paper's 3 epochs),
 #: German credit (800 training rows) about 20 epochs of 64-row batches.
-DEFAULT_BUDGETS = {"adult": Budget(700), "german-credit": Budget(250, 32, 32)}
+DEFAULT_BUDGETS = {"adult": Workload(700), "german-credit": Workload(250, 32, 32)}
 
 
 def evaluate(model: nn.Module, data: TabularData, splits: Sequence[str] = ("val", "test")) -> dict[str, float]:
@@ -433,7 +433,7 @@ def run_method(
     data: TabularData,
     settings: dict[str, Any],
     seed: int,
-    budget: Budget,
+    budget: Workload,
     *,
     eval_every: int | None = 50,
     splits: Sequence[str] = ("val", "test"),
@@ -514,7 +514,7 @@ def select_settings(
     *,
     grids: dict[str, dict[str, list]] | None = None,
     seeds: Iterable[int] | str = TUNING_SEEDS,
-    budget: Budget | None = None,
+    budget: Workload | None = None,
     config_path: str | os.PathLike | None = None,
     base_config: str | os.PathLike | dict | None = None,
     pauc_tolerance: float = 0.01,
@@ -536,7 +536,7 @@ def select_settings(
     """
     names, seed_list = method_names(methods), check_seeds(seeds)
     grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
-    budget = budget or DEFAULT_BUDGETS.get(data.name, Budget(500))
+    budget = budget or DEFAULT_BUDGETS.get(data.name, Workload(500))
     try:
         cfg = load_config(base_config)
     except OptionError:
@@ -626,9 +626,9 @@ def bench_pauc(
     if data.name not in cfg["settings"]:
         raise OptionError(f"the configuration has no settings for {data.name}; run the selection first (--select)")
     b = cfg.get("budgets", {}).get(data.name)
-    budget = Budget(**b) if b else DEFAULT_BUDGETS.get(data.name, Budget(500))
+    budget = Workload(**b) if b else DEFAULT_BUDGETS.get(data.name, Workload(500))
     if iters is not None:
-        budget = Budget(int(iters), budget.batch_pos, budget.batch_neg)
+        budget = Workload(int(iters), budget.batch_pos, budget.batch_neg)
     folders = []
     for name in names:
         if name not in cfg["settings"][data.name]:
@@ -828,7 +828,7 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fullcomp bench pauc-fairness`` (see :func:`run_from_args`)."""
-    from fullcomp.experiments.protocol import _positive, parse_seeds
+    from fullcomp.experiments.protocol import parse_seeds, positive_parser
 
     parser.add_argument("--data", required=True, help="folder with adult.data + adult.test, or with german.data")
     parser.add_argument("--out", default="runs/pauc", help="output folder (default runs/pauc)")
@@ -843,13 +843,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--iters",
-        type=argparse_type(_positive(int)),
+        type=argparse_type(positive_parser(int)),
         default=None,
         help="iterations per run (default: the configuration's)",
     )
     parser.add_argument(
         "--eval-every",
-        type=argparse_type(_positive(int)),
+        type=argparse_type(positive_parser(int)),
         default=50,
         help="iterations between evaluations (default 50)",
     )
@@ -880,8 +880,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         config = config or str(Path(args.out) / "pauc-config.json")
         budget = None
         if args.iters is not None:
-            base = DEFAULT_BUDGETS.get(data.name, Budget(500))
-            budget = Budget(args.iters, base.batch_pos, base.batch_neg)
+            base = DEFAULT_BUDGETS.get(data.name, Workload(500))
+            budget = Workload(args.iters, base.batch_pos, base.batch_neg)
         select_settings(
             data,
             args.methods,

@@ -1038,7 +1038,7 @@ def argparse_type(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _positive(cast: type) -> Callable[[str], Any]:
+def positive_parser(cast: type) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         value = cast(text)
         if not (value > 0 and math.isfinite(value)):
@@ -1066,7 +1066,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--objective", choices=(*OBJECTIVES, "both"), default="max", help="default max")
     parser.add_argument(
         "--budget",
-        type=argparse_type(_positive(float)),
+        type=argparse_type(positive_parser(float)),
         default=120.0,
         help="optimizer seconds per run (default 120; the paper used 1200 for MovieLens-1M)",
     )
@@ -1085,26 +1085,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/movielens", help="output folder (default runs/movielens)")
     parser.add_argument(
         "--radius-scale",
-        type=argparse_type(_positive(float)),
+        type=argparse_type(positive_parser(float)),
         default=None,
         help="multiple of sqrt(P Q); default the configuration's validated scale",
     )
     parser.add_argument(
         "--eval-every",
-        type=argparse_type(_positive(int)),
+        type=argparse_type(positive_parser(int)),
         default=5,
         help="updates between evaluations (default 5; outside optimizer time)",
     )
     parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {DEFAULT_CONFIG.name})")
     parser.add_argument(
-        "--iters", type=argparse_type(_positive(int)), default=None, help="optional cap on updates per run"
+        "--iters", type=argparse_type(positive_parser(int)), default=None, help="optional cap on updates per run"
     )
     parser.add_argument(
-        "--batch", type=argparse_type(_positive(int)), default=BATCH, help="ratings per group (default 1024)"
+        "--batch", type=argparse_type(positive_parser(int)), default=BATCH, help="ratings per group (default 1024)"
     )
     parser.add_argument("--synthetic-shape", type=argparse_type(_shape), default=(943, 1682), help="default 943x1682")
     parser.add_argument(
-        "--synthetic-ratings", type=argparse_type(_positive(int)), default=100_000, help="default 100000"
+        "--synthetic-ratings", type=argparse_type(positive_parser(int)), default=100_000, help="default 100000"
     )
     parser.add_argument("--synthetic-seed", type=int, default=0, help="default 0")
     parser.add_argument("--no-save-x", action="store_true", help="do not write the dense final iterate x.npy")

@@ -61,9 +61,9 @@ def affine_model(z: Any, V: Any, y: Any, n: int, d: int) -> tuple[np.ndarray, np
             f"got z {z.shape}, V {V.shape}, y {y.shape}"
         )
     V = V.reshape(n, d)
-    for name, a in (("z", z), ("V", V), ("y", y)):
-        if not np.all(np.isfinite(a)):
-            raise OptionError(f"GLMO input {name} has NaN or Inf entries")
+    if not (np.isfinite(z).all() and np.isfinite(V).all() and np.isfinite(y).all()):
+        name = next(k for k, a in (("z", z), ("V", V), ("y", y)) if not np.isfinite(a).all())
+        raise OptionError(f"GLMO input {name} has NaN or Inf entries")
     return z - V @ y, V
 
 

@@ -52,6 +52,7 @@ class InnerOracle:
 
         self._both = both
         self._jac = jacrev(both, has_aux=True) if n > ROWS_BY_BACKWARD else None
+        self._parallel = distributed.world().parallel  # the job is joined before any run starts
 
     def __call__(self, x_flat: torch.Tensor, batch: Any, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         self._k = k
@@ -72,8 +73,8 @@ class InnerOracle:
             where = f"at iteration {k}"
             check_inner_output(value, self.n, where)
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
-        value, jac = distributed.mean(value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1))
-        return value, jac
+        value, jac = value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1)
+        return distributed.mean(value, jac) if self._parallel else (value, jac)
 
 
 #: Up to this many outputs the Jacobian's rows come from plain backward passes: for one or two rows this is
