@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
-import io
 import itertools
 import json
 import math
@@ -54,8 +52,22 @@ from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.smag import smag
 from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, FullcompError, OptionError
+from fullcomp.experiments.harness import (
+    TableFiles,
+    add_config,
+    add_methods,
+    add_no_progress,
+    add_positive,
+    add_seeds,
+    best_mean,
+    by_seed,
+    cell,
+    emit,
+    seed_columns,
+    write_report,
+    write_tables,
+)
 from fullcomp.experiments.protocol import (
-    argparse_type,
     check_dataset_settings,
     check_keys,
     check_seeds,
@@ -491,11 +503,6 @@ def run_method(
     return result
 
 
-def _log(log: Callable[[str], None] | None, text: str) -> None:
-    if log is not None:
-        log(text)
-
-
 # ----------------------------------------------------------------------------------------------- config
 
 
@@ -567,7 +574,7 @@ def select_settings(
             entry = {"grid": point, "settings": settings, "val_pauc": float(np.mean(paucs))}
             entry["val_eod"] = float(np.mean(eods))
             tried.append(entry)
-            _log(
+            emit(
                 log, f"select {data.name}/{name} {point}: val pAUC {entry['val_pauc']:.4f}, EOD {entry['val_eod']:.4f}"
             )
         top = max(t["val_pauc"] for t in tried)
@@ -641,7 +648,7 @@ def bench_pauc(
             result.save(folder)
             folders.append(folder)
             m = result.info["metrics"]
-            _log(
+            emit(
                 log,
                 f"{data.name}/{name}/seed{seed}: {budget.iters} iterations, {result.info['wall_seconds']:.1f} s wall, "
                 f"test pAUC {m['test_pauc']:.4f} EOD {m['test_eod']:.4f} EOP {m['test_eop']:.4f} DP {m['test_dp']:.4f}",
@@ -688,7 +695,7 @@ def _grouped(runs: list[PAUCRun]) -> list[tuple[str, str, list[PAUCRun]]]:
         groups.setdefault((str(run.summary["dataset"]), str(run.summary["method"])), []).append(run)
     rank = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (k[0], rank.get(k[1], 99)))
-    return [(d, m, sorted(groups[(d, m)], key=lambda r: int(r.summary.get("seed", 0)))) for d, m in keys]
+    return [(d, m, by_seed(groups[(d, m)])) for d, m in keys]
 
 
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -700,8 +707,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
             "dataset": dataset,
             "method": method,
             "label": METHODS[method].label if method in METHODS else method,
-            "seeds": " ".join(str(r.summary.get("seed", "")) for r in runs),
-            "n_seeds": len(runs),
+            **seed_columns(runs),
             "iters": runs[0].summary.get("iters"),
         }
         for key, _, _ in COLUMNS:
@@ -730,45 +736,20 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
         lines += ["", f"## {dataset} ({block[0]['iters']} iterations per run)", ""]
         lines.append("| Method | Seeds | " + " | ".join(t for _, t, _ in COLUMNS) + " | pAUC rank |")
         lines.append("|---|---:|" + "---:|" * (len(COLUMNS) + 1))
-        best = {}
-        for key, _, higher in COLUMNS:
-            means = [r[f"{key}_mean"] for r in block if math.isfinite(r[f"{key}_mean"])]
-            best[key] = None if higher is None or not means else (max(means) if higher else min(means))
+        best = {key: best_mean(block, key, higher) for key, _, higher in COLUMNS}
         for r in block:
-            cells = []
-            for key, _, _ in COLUMNS:
-                mean, sd = r[f"{key}_mean"], r[f"{key}_sd"]
-                digits = 1 if key == "wall_seconds" else 4
-                text = (
-                    "n/a"
-                    if math.isnan(mean)
-                    else (f"{mean:.{digits}f}" if math.isnan(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}")
-                )
-                cells.append(f"**{text}**" if best[key] is not None and mean == best[key] else text)
+            cells = [
+                cell(r[f"{k}_mean"], r[f"{k}_sd"], 1 if k == "wall_seconds" else 4, r[f"{k}_mean"] == best[k])
+                for k, _, _ in COLUMNS
+            ]
             lines.append(f"| {r['label']} | {r['n_seeds']} | " + " | ".join(cells) + f" | {r['rank_pauc']} |")
     return "\n".join(lines) + "\n"
-
-
-@dataclass
-class TableFiles:
-    """What :func:`tables` wrote: the CSV and Markdown paths and the rows themselves."""
-
-    csv: Path
-    markdown: Path
-    rows: list[dict[str, Any]]
 
 
 def tables(out_dir: str | os.PathLike) -> TableFiles:
     """Write ``out_dir/tables.csv`` and ``out_dir/tables.md`` (Table 3's columns per data set) and return them."""
     rows = summarize(out_dir)
-    out = Path(out_dir)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(out / "tables.csv", buf.getvalue())
-    write_atomic(out / "tables.md", _markdown(rows))
-    return TableFiles(out / "tables.csv", out / "tables.md", rows)
+    return write_tables(out_dir, "tables", rows, _markdown(rows))
 
 
 def plots(out_dir: str | os.PathLike) -> list[Path]:
@@ -828,45 +809,22 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fullcomp bench pauc-fairness`` (see :func:`run_from_args`)."""
-    from fullcomp.experiments.protocol import parse_seeds, positive_parser
-
     parser.add_argument("--data", required=True, help="folder with adult.data + adult.test, or with german.data")
     parser.add_argument("--out", default="runs/pauc", help="output folder (default runs/pauc)")
-    parser.add_argument(
-        "--seeds", type=argparse_type(parse_seeds), default=list(FINAL_SEEDS), help="e.g. 2000-2002 (default) or 1,2"
-    )
-    parser.add_argument(
-        "--methods",
-        type=argparse_type(method_names),
-        default=None,
-        help=f"comma-separated subset of {','.join(METHODS)}",
-    )
-    parser.add_argument(
-        "--iters",
-        type=argparse_type(positive_parser(int)),
-        default=None,
-        help="iterations per run (default: the configuration's)",
-    )
-    parser.add_argument(
-        "--eval-every",
-        type=argparse_type(positive_parser(int)),
-        default=50,
-        help="iterations between evaluations (default 50)",
-    )
-    parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {DEFAULT_CONFIG.name})")
+    add_seeds(parser, FINAL_SEEDS, "e.g. 2000-2002 (default) or 1,2")
+    add_methods(parser, method_names, f"comma-separated subset of {','.join(METHODS)}")
+    add_positive(parser, "--iters", int, None, "iterations per run (default: the configuration's)")
+    add_positive(parser, "--eval-every", int, 50, "iterations between evaluations (default 50)")
+    add_config(parser, DEFAULT_CONFIG)
     parser.add_argument(
         "--select",
         action="store_true",
         help="first choose the settings on the validation split (DEFAULT_GRIDS, tuning seed 1000) and write "
         "them to --config (default OUT/pauc-config.json), then run the seeds with them",
     )
-    parser.add_argument(
-        "--tuning-seeds",
-        type=argparse_type(parse_seeds),
-        default=list(TUNING_SEEDS),
-        help="seeds of the --select runs (default 1000), distinct from the reported --seeds",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    tuning_help = "seeds of the --select runs (default 1000), distinct from the reported --seeds"
+    add_seeds(parser, TUNING_SEEDS, tuning_help, flag="--tuning-seeds")
+    add_no_progress(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -906,10 +864,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         log=log,
     )
     log(f"runs on {data.name}: {time.perf_counter() - bench_started:.1f} s wall")
-    written = tables(args.out)
-    print(f"wrote {written.csv} and {written.markdown}")
-    for path in plots(args.out):
-        print(f"wrote {path}")
+    write_report(args.out, tables, plots)
     log(f"total: {time.perf_counter() - started:.1f} s wall")
     return 0
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
-import io
 import itertools
 import json
 import math
@@ -46,6 +44,23 @@ from fullcomp.datasets import movielens, synthetic_ratings
 from fullcomp.datasets.ratings import RatingData
 from fullcomp.errors import FullcompError, OptionError
 from fullcomp.experiments.completion import OBJECTIVES, Completion, base_radius, completion_problem
+from fullcomp.experiments.harness import (
+    TableFiles,
+    add_config,
+    add_methods,
+    add_no_progress,
+    add_positive,
+    add_seeds,
+    add_typed,
+    best_mean,
+    by_seed,
+    cell,
+    emit,
+    parse_seeds,
+    seed_columns,
+    write_report,
+    write_tables,
+)
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.report import mean_sd, protocol_runs
@@ -408,11 +423,6 @@ def _check_budget(seconds: float | None, iters: int | None) -> None:
         raise OptionError(f"budget_seconds must be a positive number of optimizer seconds, got {seconds!r}")
 
 
-def _log(log: Callable[[str], None] | None, text: str) -> None:
-    if log is not None:
-        log(text)
-
-
 def bench_movielens(
     data_dir: str | os.PathLike | None,
     objective: str | Sequence[str] = "max",
@@ -470,7 +480,7 @@ def bench_movielens(
     data = load_data(data_dir, synthetic, cache)
     tuned_on = cfg.meta.get("data")
     if tuned_on and tuned_on != data.label:
-        _log(log, f"note: settings in the configuration were chosen for {tuned_on}, running on {data.label}")
+        emit(log, f"note: settings in the configuration were chosen for {tuned_on}, running on {data.label}")
     out = Path(out_dir)
     folders = []
     for obj in objectives:
@@ -491,7 +501,7 @@ def bench_movielens(
                 }
                 if resume and _finished(folder, wanted):
                     # Interrupted protocols resume: a run saved with the same options is not repeated.
-                    _log(log, f"{obj}/{name}/seed{seed}: kept the finished run in {folder}")
+                    emit(log, f"{obj}/{name}/seed{seed}: kept the finished run in {folder}")
                     folders.append(folder)
                     continue
                 result = run_method(
@@ -508,7 +518,7 @@ def bench_movielens(
                 folder = save_run(result, folder, save_x)
                 folders.append(folder)
                 last = result.history[-1]
-                _log(
+                emit(
                     log,
                     f"{obj}/{name}/seed{seed}: {result.info['accepted_updates']} updates, "
                     f"{result.info['seconds_per_update']:.4g} s/update, train objective "
@@ -599,7 +609,7 @@ def _order(runs: list[ProtocolRun]) -> list[tuple[str, str, list[ProtocolRun]]]:
         groups.setdefault((run.objective, run.method), []).append(run)
     rank = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (OBJECTIVES.index(k[0]) if k[0] in OBJECTIVES else 9, rank.get(k[1], 99)))
-    return [(o, m, sorted(groups[(o, m)], key=lambda r: int(r.summary.get("seed", 0)))) for o, m in keys]
+    return [(o, m, by_seed(groups[(o, m)])) for o, m in keys]
 
 
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -613,21 +623,12 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
             "label": METHODS[method].label if method in METHODS else method,
             "data": runs[0].summary.get("data", ""),
             "budget_seconds": runs[0].summary.get("budget_seconds"),
-            "seeds": " ".join(str(r.summary.get("seed", "")) for r in runs),
-            "n_seeds": len(runs),
+            **seed_columns(runs),
         }
         for key, _, _ in COLUMNS:
             row[f"{key}_mean"], row[f"{key}_sd"] = mean_sd([m[key] for m in metrics])
         rows.append(row)
     return rows
-
-
-def _cell(mean: float, sd: float, key: str, bold: bool) -> str:
-    if math.isnan(mean):
-        return "n/a"
-    digits = 1 if key == "updates" else 4
-    text = f"{mean:.{digits}f}" if math.isnan(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}"
-    return f"**{text}**" if bold else text
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
@@ -648,27 +649,20 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
             lines += ["", f"## {OBJECTIVE_LABELS[objective]}: {part} ({data}; budget {budgets or 'iterations'})", ""]
             lines.append("| Method | Seeds | " + " | ".join(title for _, title, _ in columns) + " |")
             lines.append("|---|---:|" + "---:|" * len(columns))
-            best = {}
-            for key, _, _ in columns:
-                means = [r[f"{key}_mean"] for r in block if math.isfinite(r[f"{key}_mean"])]
-                # Lowest is best for losses, objective and cost; completed updates are not ranked.
-                best[key] = min(means) if means and key != "updates" else None
+            # Lowest is best for losses, objective and cost; completed updates are not ranked.
+            best = {key: best_mean(block, key, None if key == "updates" else False) for key, _, _ in columns}
             for r in block:
                 cells = [
-                    _cell(r[f"{k}_mean"], r[f"{k}_sd"], k, best[k] is not None and r[f"{k}_mean"] == best[k])
+                    cell(
+                        r[f"{k}_mean"],
+                        r[f"{k}_sd"],
+                        1 if k == "updates" else 4,
+                        best[k] is not None and r[f"{k}_mean"] == best[k],
+                    )
                     for k, _, _ in columns
                 ]
                 lines.append(f"| {r['label']} | {r['n_seeds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-@dataclass
-class TableFiles:
-    """What :func:`tables` wrote: the CSV and Markdown paths and the rows themselves."""
-
-    csv: Path
-    markdown: Path
-    rows: list[dict[str, Any]]
 
 
 def tables(out_dir: str | os.PathLike) -> TableFiles:
@@ -680,15 +674,7 @@ def tables(out_dir: str | os.PathLike) -> TableFiles:
     and ``out_dir/tables.md`` (per objective, the Table 3/4 and Table 5/6 columns).
     """
     rows = summarize(out_dir)
-    out = Path(out_dir)
-    buf = io.StringIO()
-    fieldnames = list(rows[0])
-    writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(out / "tables.csv", buf.getvalue())
-    write_atomic(out / "tables.md", _markdown(rows))
-    return TableFiles(out / "tables.csv", out / "tables.md", rows)
+    return write_tables(out_dir, "tables", rows, _markdown(rows))
 
 
 # ----------------------------------------------------------------------------------------------- plots
@@ -873,7 +859,7 @@ def choose_radius_scale(
         completion = completion_problem(data, objective, float(scale), batch=batch, structured=True)
         vals = _final(method, completion, settings, seed_list, budget_seconds, iters, "val_worst", progress)
         means[float(scale)] = float(np.mean(vals))
-        _log(log, f"radius {objective} scale {scale:g}: mean worst-group validation {means[float(scale)]:.5f}")
+        emit(log, f"radius {objective} scale {scale:g}: mean worst-group validation {means[float(scale)]:.5f}")
     best = min(means, key=lambda s: (means[s], s))
     return best, means
 
@@ -970,7 +956,7 @@ def tune_movielens(
                 tried.append(
                     {"grid": point, "settings": settings, "train_objective": scores, "mean": float(np.mean(scores))}
                 )
-                _log(log, f"tune {obj}/{name} {point}: mean final training objective {tried[-1]['mean']:.5f}")
+                emit(log, f"tune {obj}/{name} {point}: mean final training objective {tried[-1]['mean']:.5f}")
             best = min(tried, key=lambda t: t["mean"])  # first of equals: the grid's order breaks ties
             cfg.settings[obj][name] = check_settings(name, best["settings"])
             # A choice at the end of its grid suggests extending the grid (the paper did so for several methods).
@@ -981,7 +967,7 @@ def tune_movielens(
             ]
             entry["methods"][name] = {"chosen": best["grid"], "at_grid_edge": edge, "candidates": tried}
             if edge:
-                _log(log, f"tune {obj}/{name}: chosen {', '.join(edge)} at the edge of the grid; consider extending it")
+                emit(log, f"tune {obj}/{name}: chosen {', '.join(edge)} at the edge of the grid; consider extending it")
         record[obj] = entry
     cfg.meta = {
         "about": "Frozen MovieLens protocol settings (fullcomp.experiments.protocol); written by tune_movielens.",
@@ -1006,49 +992,6 @@ def tune_movielens(
 # ---------------------------------------------------------------------------------------------- CLI glue
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"2000-2004"``, ``"1000,1001"`` or ``"2000-2002,2007"`` as a list of ints."""
-    seeds: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        match = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", part)
-        try:
-            if match:
-                a, b = int(match.group(1)), int(match.group(2))
-                if b < a:
-                    raise ValueError
-                seeds += range(a, b + 1)
-            else:
-                seeds.append(int(part))
-        except ValueError:
-            raise OptionError(f"seeds must look like 2000-2004 or 1000,1001, got {text!r}") from None
-    return seeds
-
-
-def argparse_type(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type from a parser raising OptionError (argparse then reports a usage error)."""
-
-    def convert(text: str) -> Any:
-        try:
-            return kind(text)
-        except (OptionError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = getattr(kind, "__name__", "value")
-    return convert
-
-
-def positive_parser(cast: type) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        value = cast(text)
-        if not (value > 0 and math.isfinite(value)):
-            raise OptionError(f"expected a positive number, got {text}")
-        return value
-
-    parse.__name__ = f"positive {cast.__name__}"
-    return parse
-
-
 def _shape(text: str) -> tuple[int, int]:
     match = re.fullmatch(r"\s*(\d+)\s*[xX,]\s*(\d+)\s*", text)
     if not match:
@@ -1064,48 +1007,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "omit for synthetic data of the --synthetic-* size",
     )
     parser.add_argument("--objective", choices=(*OBJECTIVES, "both"), default="max", help="default max")
-    parser.add_argument(
+    add_positive(
+        parser,
         "--budget",
-        type=argparse_type(positive_parser(float)),
-        default=120.0,
-        help="optimizer seconds per run (default 120; the paper used 1200 for MovieLens-1M)",
+        float,
+        120.0,
+        "optimizer seconds per run (default 120; the paper used 1200 for MovieLens-1M)",
     )
-    parser.add_argument(
-        "--seeds",
-        type=argparse_type(parse_seeds),
-        default=list(FINAL_SEEDS),
-        help="e.g. 2000-2004 (default) or 1000,1001",
-    )
-    parser.add_argument(
-        "--methods",
-        type=argparse_type(method_names),
-        default=None,
-        help=f"comma-separated subset of {','.join(METHODS)} (default all)",
-    )
+    add_seeds(parser, FINAL_SEEDS, "e.g. 2000-2004 (default) or 1000,1001")
+    add_methods(parser, method_names, f"comma-separated subset of {','.join(METHODS)} (default all)")
     parser.add_argument("--out", default="runs/movielens", help="output folder (default runs/movielens)")
-    parser.add_argument(
-        "--radius-scale",
-        type=argparse_type(positive_parser(float)),
-        default=None,
-        help="multiple of sqrt(P Q); default the configuration's validated scale",
+    add_positive(
+        parser, "--radius-scale", float, None, "multiple of sqrt(P Q); default the configuration's validated scale"
     )
-    parser.add_argument(
-        "--eval-every",
-        type=argparse_type(positive_parser(int)),
-        default=5,
-        help="updates between evaluations (default 5; outside optimizer time)",
-    )
-    parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {DEFAULT_CONFIG.name})")
-    parser.add_argument(
-        "--iters", type=argparse_type(positive_parser(int)), default=None, help="optional cap on updates per run"
-    )
-    parser.add_argument(
-        "--batch", type=argparse_type(positive_parser(int)), default=BATCH, help="ratings per group (default 1024)"
-    )
-    parser.add_argument("--synthetic-shape", type=argparse_type(_shape), default=(943, 1682), help="default 943x1682")
-    parser.add_argument(
-        "--synthetic-ratings", type=argparse_type(positive_parser(int)), default=100_000, help="default 100000"
-    )
+    add_positive(parser, "--eval-every", int, 5, "updates between evaluations (default 5; outside optimizer time)")
+    add_config(parser, DEFAULT_CONFIG)
+    add_positive(parser, "--iters", int, None, "optional cap on updates per run")
+    add_positive(parser, "--batch", int, BATCH, "ratings per group (default 1024)")
+    add_typed(parser, "--synthetic-shape", _shape, (943, 1682), "default 943x1682")
+    add_positive(parser, "--synthetic-ratings", int, 100_000, "default 100000")
     parser.add_argument("--synthetic-seed", type=int, default=0, help="default 0")
     parser.add_argument("--no-save-x", action="store_true", help="do not write the dense final iterate x.npy")
     parser.add_argument(
@@ -1115,7 +1035,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="optimizer seconds as CPU seconds of the single-threaded run (default) or elapsed seconds",
     )
     parser.add_argument("--fresh", action="store_true", help="rerun runs already finished in --out")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_no_progress(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -1143,10 +1063,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         log=lambda line: print(line, flush=True),
     )
-    written = tables(args.out)
-    print(f"wrote {written.csv} and {written.markdown}")
-    for path in plots(args.out):
-        print(f"wrote {path}")
+    write_report(args.out, tables, plots)
     return 0
 
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
-import io
 import itertools
 import json
 import math
@@ -43,13 +41,26 @@ from fullcomp.datasets import images
 from fullcomp.datasets.images import ImageData
 from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, accuracy, pu_problem, pu_risk, pu_split
 from fullcomp.errors import DataError, FullcompError, OptionError, OracleError
-from fullcomp.experiments.protocol import (
+from fullcomp.experiments.harness import (
     TableFiles,
+    add_config,
+    add_methods,
+    add_no_progress,
+    add_seeds,
+    add_typed,
     argparse_type,
+    best_mean,
+    by_seed,
+    cell,
+    emit,
+    seed_columns,
+    write_report,
+    write_tables,
+)
+from fullcomp.experiments.protocol import (
     check_dataset_settings,
     check_keys,
     check_seeds,
-    parse_seeds,
     read_config,
     select_methods,
 )
@@ -332,11 +343,6 @@ def run_method(
     return result
 
 
-def _log(log: Callable[[str], None] | None, text: str) -> None:
-    if log is not None:
-        log(text)
-
-
 def _line(folder: Path, result: Result) -> str:
     last, info = result.history[-1], result.info
     objective, test = last.get("train_objective", math.nan), last.get("test_accuracy", math.nan)
@@ -384,7 +390,7 @@ def bench_pu(
     for name in names:
         settings, tuned_on = settings_for(cfg, key, name)
         if tuned_on != key:
-            _log(log, f"note: {name} uses the settings tuned on {tuned_on}")
+            emit(log, f"note: {name} uses the settings tuned on {tuned_on}")
         for seed in seed_list:
             result = run_method(
                 name, data, settings, seed, epochs=epochs, iters=iters, batch=batch, prior=prior, ridge=ridge,
@@ -393,7 +399,7 @@ def bench_pu(
             result.info.update(dataset=key, tuned_on=tuned_on)
             folder = result.save(Path(out_dir) / key / name / f"seed{seed}")
             folders.append(folder)
-            _log(log, _line(folder, result))
+            emit(log, _line(folder, result))
     return folders
 
 
@@ -431,7 +437,7 @@ def gamma_ablation(
             result.info.update(dataset=key, tuned_on=tuned_on, ablation="gamma")
             folder = result.save(Path(out_dir) / key / "smag-gamma" / f"gamma{gamma:g}" / f"seed{seed}")
             folders.append(folder)
-            _log(log, _line(folder, result))
+            emit(log, _line(folder, result))
     return folders
 
 
@@ -522,7 +528,7 @@ def tune_pu(
         edge = [k for k, v in best["settings"].items() if len(grid[k]) > 1 and v in (grid[k][0], grid[k][-1])]
         chosen[name] = best["settings"]
         record[name] = {"chosen": best["settings"], "at_grid_edge": edge, "candidates": tried}
-        _log(
+        emit(
             log,
             f"tune {key}/{name}: {best['settings']} mean final training objective {best['mean']:.5f} "
             f"({len(tried)} candidates, {time.perf_counter() - started:.0f} s)",
@@ -620,7 +626,7 @@ def _groups(runs: list[PURun], ablation: bool) -> dict[tuple, list[PURun]]:
         groups.setdefault(key, []).append(run)
     order = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (k[0], k[1] if ablation else order.get(k[1], 99)))
-    return {k: sorted(groups[k], key=lambda r: int(r.summary.get("seed", 0))) for k in keys}
+    return {k: by_seed(groups[k]) for k in keys}
 
 
 def _row(dataset: str, runs: list[PURun]) -> dict[str, Any]:
@@ -628,8 +634,7 @@ def _row(dataset: str, runs: list[PURun]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "dataset": dataset,
         "data": first.get("data", ""),
-        "seeds": " ".join(str(r.summary.get("seed", "")) for r in runs),
-        "n_seeds": len(runs),
+        **seed_columns(runs),
         "epochs": first.get("epochs"),
         "iterations": first.get("iterations"),
     }
@@ -656,15 +661,6 @@ def summarize(out_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], list[di
     return rows, ablation
 
 
-def _cell(mean: float, sd: float, digits: int, bold: bool = False) -> str:
-    if math.isnan(mean):
-        return "n/a"
-    if math.isinf(mean):
-        return "diverged"
-    text = f"{mean:.{digits}f}" if math.isnan(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}"
-    return f"**{text}**" if bold else text
-
-
 def _markdown(rows: list[dict[str, Any]], ablation: list[dict[str, Any]]) -> str:
     lines = [
         "# PU learning protocol tables",
@@ -678,12 +674,9 @@ def _markdown(rows: list[dict[str, Any]], ablation: list[dict[str, Any]]) -> str
         lines += ["", f"## {block[0]['data']} ({block[0]['epochs']} epochs, {block[0]['iterations']} iterations)", ""]
         lines.append("| Method | Seeds | Rank | " + " | ".join(title for _, title, _ in COLUMNS) + " |")
         lines.append("|---|---:|---:|" + "---:|" * len(COLUMNS))
-        best = {}
-        for key, _, _ in COLUMNS:
-            means = [r[f"{key}_mean"] for r in block if math.isfinite(r[f"{key}_mean"])]
-            best[key] = (max(means) if key == "test_accuracy" else min(means)) if means else None
+        best = {key: best_mean(block, key, key == "test_accuracy") for key, _, _ in COLUMNS}
         for r in sorted(block, key=lambda r: list(METHODS).index(r["method"]) if r["method"] in METHODS else 99):
-            cells = [_cell(r[f"{k}_mean"], r[f"{k}_sd"], d, r[f"{k}_mean"] == best[k]) for k, _, d in COLUMNS]
+            cells = [cell(r[f"{k}_mean"], r[f"{k}_sd"], d, r[f"{k}_mean"] == best[k]) for k, _, d in COLUMNS]
             lines.append(f"| {r['label']} | {r['n_seeds']} | {r['rank']} | " + " | ".join(cells) + " |")
     for dataset in sorted({r["dataset"] for r in ablation}):
         block = [r for r in ablation if r["dataset"] == dataset]
@@ -691,28 +684,16 @@ def _markdown(rows: list[dict[str, Any]], ablation: list[dict[str, Any]]) -> str
         lines.append("| gamma | Seeds | " + " | ".join(title for _, title, _ in COLUMNS) + " |")
         lines.append("|---:|---:|" + "---:|" * len(COLUMNS))
         for r in block:
-            cells = [_cell(r[f"{k}_mean"], r[f"{k}_sd"], d) for k, _, d in COLUMNS]
+            cells = [cell(r[f"{k}_mean"], r[f"{k}_sd"], d) for k, _, d in COLUMNS]
             lines.append(f"| {r['gamma']:g} | {r['n_seeds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", restval="")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
 
 
 def tables(out_dir: str | os.PathLike) -> TableFiles:
     """Write ``out_dir/pu-tables.csv`` (one row per data set and method, ablation rows with their gamma)
     and ``out_dir/pu-tables.md``; returns their paths and the method rows."""
     rows, ablation = summarize(out_dir)
-    out = Path(out_dir)
-    write_atomic(out / "pu-tables.csv", _csv(rows + ablation))
-    write_atomic(out / "pu-tables.md", _markdown(rows, ablation))
-    return TableFiles(out / "pu-tables.csv", out / "pu-tables.md", rows)
+    return write_tables(out_dir, "pu-tables", rows + ablation, _markdown(rows, ablation), rows)
 
 
 def epoch_curve(runs: list[PURun], column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -827,23 +808,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "CIFAR-10 python batches, fer2013.csv); omit for scikit-learn's digits")  # fmt: skip
     parser.add_argument("--dataset", choices=("auto", *DATASETS), default="auto", help="default: from the files")
     parser.add_argument("--out", default="runs/pu", help="output folder (default runs/pu)")
-    parser.add_argument(
-        "--seeds", type=argparse_type(parse_seeds), default=list(FINAL_SEEDS), help="default 0-3 (4 trials)"
-    )
-    parser.add_argument(
-        "--methods", type=argparse_type(method_names), default=None, help=f"subset of {','.join(METHODS)} (default all)"
-    )
-    parser.add_argument(
-        "--epochs", type=argparse_type(_positive_int), default=EPOCHS, help="passes over S_u (default 40)"
-    )
-    parser.add_argument(
-        "--iters", type=argparse_type(_positive_int), default=None, help="optional cap on iterations per run"
-    )
-    parser.add_argument(
-        "--batch", type=argparse_type(_positive_int), default=BATCH, help="points of S_+ and S_u per draw (64)"
-    )
+    add_seeds(parser, FINAL_SEEDS, "default 0-3 (4 trials)")
+    add_methods(parser, method_names, f"subset of {','.join(METHODS)} (default all)")
+    add_typed(parser, "--epochs", _positive_int, EPOCHS, "passes over S_u (default 40)")
+    add_typed(parser, "--iters", _positive_int, None, "optional cap on iterations per run")
+    add_typed(parser, "--batch", _positive_int, BATCH, "points of S_+ and S_u per draw (64)")
     parser.add_argument("--ridge", type=float, default=RIDGE, help="lambda of lambda/2 ||w||^2 (default 0.01)")
-    parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {DEFAULT_CONFIG.name})")
+    add_config(parser, DEFAULT_CONFIG)
     parser.add_argument(
         "--gamma-ablation",
         type=argparse_type(_floats),
@@ -860,13 +831,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="grid",
         help="with --tune: the full grids (default) or two axis-by-axis sweeps over them",
     )
-    parser.add_argument(
-        "--threads",
-        type=argparse_type(_positive_int),
-        default=1,
-        help="torch threads (default 1: the batches are small)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_typed(parser, "--threads", _positive_int, 1, "torch threads (default 1: the batches are small)")
+    add_no_progress(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -889,10 +855,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         bench_pu(args.data, args.dataset, args.seeds, args.methods, args.out, config=args.config,
                  progress=not args.no_progress, log=log, **common)  # fmt: skip
     print(f"wall time {time.perf_counter() - started:.1f} s")
-    written = tables(args.out)
-    print(f"wrote {written.csv} and {written.markdown}")
-    for path in plots(args.out):
-        print(f"wrote {path}")
+    write_report(args.out, tables, plots)
     return 0
 
 

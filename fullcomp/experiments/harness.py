@@ -1,0 +1,212 @@
+"""The pieces every experiment protocol shares (MovieLens :mod:`~fullcomp.experiments.protocol`, PU learning
+:mod:`~fullcomp.experiments.pu`, pAUC fairness :mod:`~fullcomp.experiments.pauc`).
+
+* :func:`emit`: the optional one-line log of a bench run.
+* :class:`TableFiles`, :func:`csv_text`, :func:`write_tables`, :func:`cell`, :func:`best_mean`,
+  :func:`by_seed` and :func:`seed_columns`: the CSV and Markdown tables.
+* :func:`parse_seeds`, :func:`argparse_type`, :func:`positive_parser` and the ``add_*`` option helpers: the
+  command-line options of ``fullcomp bench <protocol>``, and :func:`write_report` (tables and plots) after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fullcomp.errors import OptionError
+from fullcomp.run import write_atomic
+
+# ------------------------------------------------------------------------------------------------ logging
+
+
+def emit(log: Callable[[str], None] | None, text: str) -> None:
+    """Pass ``text`` to ``log`` unless it is None."""
+    if log is not None:
+        log(text)
+
+
+# ------------------------------------------------------------------------------------------------- tables
+
+
+@dataclass
+class TableFiles:
+    """What a protocol's ``tables`` wrote: the CSV and Markdown paths and the rows themselves."""
+
+    csv: Path
+    markdown: Path
+    rows: list[dict[str, Any]]
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as CSV (``\\n`` line ends): every key of any row in order of first appearance, blank where a
+    row lacks one."""
+    buf = io.StringIO()
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def write_tables(
+    out_dir: str | os.PathLike,
+    stem: str,
+    csv_rows: Sequence[dict[str, Any]],
+    markdown: str,
+    rows: list[dict[str, Any]] | None = None,
+) -> TableFiles:
+    """Write ``out_dir/<stem>.csv`` (``csv_rows``) and ``out_dir/<stem>.md`` (``markdown``) atomically; the
+    returned :class:`TableFiles` holds ``rows`` (default the CSV rows)."""
+    out = Path(out_dir)
+    write_atomic(out / f"{stem}.csv", csv_text(csv_rows))
+    write_atomic(out / f"{stem}.md", markdown)
+    return TableFiles(out / f"{stem}.csv", out / f"{stem}.md", list(csv_rows) if rows is None else rows)
+
+
+def by_seed(runs: Iterable[Any]) -> list[Any]:
+    """Run folders (with a ``summary`` dict) sorted by their seed."""
+    return sorted(runs, key=lambda r: int(r.summary.get("seed", 0)))
+
+
+def seed_columns(runs: Sequence[Any]) -> dict[str, Any]:
+    """The ``seeds`` (space-separated) and ``n_seeds`` columns of a table row over ``runs``."""
+    return {"seeds": " ".join(str(r.summary.get("seed", "")) for r in runs), "n_seeds": len(runs)}
+
+
+def best_mean(rows: Iterable[dict[str, Any]], key: str, higher: bool | None) -> float | None:
+    """The best finite ``<key>_mean`` of ``rows`` (the highest if ``higher``, else the lowest); None where
+    ``higher`` is None (a column not ranked) or no mean is finite."""
+    means = [r[f"{key}_mean"] for r in rows if math.isfinite(r[f"{key}_mean"])]
+    if higher is None or not means:
+        return None
+    return max(means) if higher else min(means)
+
+
+def cell(mean: float, sd: float, digits: int, bold: bool = False) -> str:
+    """A Markdown table cell ``mean ± sd`` (only the mean when SD is NaN), "n/a" for a NaN mean and
+    "diverged" for an infinite one."""
+    if math.isnan(mean):
+        return "n/a"
+    if math.isinf(mean):
+        return "diverged"
+    text = f"{mean:.{digits}f}" if math.isnan(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}"
+    return f"**{text}**" if bold else text
+
+
+# -------------------------------------------------------------------------------------------------- CLI
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"2000-2004"``, ``"1000,1001"`` or ``"2000-2002,2007"`` as a list of ints."""
+    seeds: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", part)
+        try:
+            if match:
+                a, b = int(match.group(1)), int(match.group(2))
+                if b < a:
+                    raise ValueError
+                seeds += range(a, b + 1)
+            else:
+                seeds.append(int(part))
+        except ValueError:
+            raise OptionError(f"seeds must look like 2000-2004 or 1000,1001, got {text!r}") from None
+    return seeds
+
+
+def argparse_type(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a parser raising OptionError (argparse then reports a usage error)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except (OptionError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(kind, "__name__", "value")
+    return convert
+
+
+def positive_parser(cast: type) -> Callable[[str], Any]:
+    """A parser of positive finite numbers of type ``cast``."""
+
+    def parse(text: str) -> Any:
+        value = cast(text)
+        if not (value > 0 and math.isfinite(value)):
+            raise OptionError(f"expected a positive number, got {text}")
+        return value
+
+    parse.__name__ = f"positive {cast.__name__}"
+    return parse
+
+
+def add_typed(parser: argparse.ArgumentParser, flag: str, parse: Callable[[str], Any], default: Any, help: str) -> None:
+    """Add ``flag`` whose text ``parse`` converts (an OptionError becomes argparse's usage error)."""
+    parser.add_argument(flag, type=argparse_type(parse), default=default, help=help)
+
+
+def add_positive(parser: argparse.ArgumentParser, flag: str, cast: type, default: Any, help: str) -> None:
+    """Add ``flag`` taking a positive number of type ``cast``."""
+    add_typed(parser, flag, positive_parser(cast), default, help)
+
+
+def add_seeds(parser: argparse.ArgumentParser, default: Iterable[int], help: str, flag: str = "--seeds") -> None:
+    """Add ``--seeds`` (ranges and lists as :func:`parse_seeds` reads them; default the list ``default``)."""
+    add_typed(parser, flag, parse_seeds, list(default), help)
+
+
+def add_methods(parser: argparse.ArgumentParser, names: Callable[[str], list[str]], help: str) -> None:
+    """Add ``--methods``: a comma-separated subset that ``names`` checks (default None: all of them)."""
+    add_typed(parser, "--methods", names, None, help)
+
+
+def add_config(parser: argparse.ArgumentParser, default_config: Path) -> None:
+    """Add ``--config``: the frozen settings JSON (default None: the committed ``default_config``)."""
+    parser.add_argument("--config", default=None, help=f"frozen settings JSON (default {default_config.name})")
+
+
+def add_no_progress(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def write_report(
+    out_dir: str | os.PathLike,
+    tables: Callable[[str | os.PathLike], TableFiles],
+    plots: Callable[[str | os.PathLike], list[Path]],
+) -> None:
+    """Write the tables and plots of ``out_dir`` and print the files written."""
+    written = tables(out_dir)
+    print(f"wrote {written.csv} and {written.markdown}")
+    for path in plots(out_dir):
+        print(f"wrote {path}")
+
+
+__all__ = [
+    "emit",
+    "TableFiles",
+    "csv_text",
+    "write_tables",
+    "by_seed",
+    "seed_columns",
+    "best_mean",
+    "cell",
+    "parse_seeds",
+    "argparse_type",
+    "positive_parser",
+    "add_typed",
+    "add_positive",
+    "add_seeds",
+    "add_methods",
+    "add_config",
+    "add_no_progress",
+    "write_report",
+]
