@@ -9,11 +9,11 @@ import torch
 
 from fullcomp import distributed
 from fullcomp.algorithms.method import Method, Plan, preset, register, solve
-from fullcomp.algorithms.tracked import SCHEDULE, WARM_HALVINGS, true_objective
+from fullcomp.algorithms.tracked import SCHEDULE, line_search, true_objective
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem
-from fullcomp.oracles import InnerOracle
+from fullcomp.oracles import InnerOracle, check_inner_output
 from fullcomp.run import Result, RunOptions
 from fullcomp.schedules import Schedule, resolve
 from fullcomp.sets.atoms import Entries, combine
@@ -198,25 +198,18 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         }
         return row, res
 
-    def phi_on(points: list[torch.Tensor], batch: Any) -> list[float]:
-        """F(f~(y; batch), y) at each point (read entries), on one batch, without Jacobians."""
-        shape = domain.shape if kept is None else (n_read,)
+    def value_at(point: torch.Tensor, batch: Any) -> torch.Tensor:
+        """f~ at a point given by the entries the map reads (all of them on the dense path), without a Jacobian."""
         with torch.no_grad():
-            us = [numpy(distributed.mean(problem.inner(p[:n_read].reshape(shape), batch))[0]) for p in points]
-        dense = [numpy(p).reshape(domain.shape) if outer.depends_on_x else None for p in points]
-        return [outer.value(u, x) for u, x in zip(us, dense)]
+            out = problem.inner(point.reshape(domain.shape if kept is None else (n_read,)), batch)
+        return distributed.mean(check_inner_output(out, outer.n, "in the warm start's line search").detach())[0]
 
     def warm_shift(y: torch.Tensor, x: torch.Tensor) -> float:
-        """s with gamma(s) = gamma_0, the best of 1, 1/2, ..., 2^-(WARM_HALVINGS) for phi on one batch.
+        """s with gamma(s) = gamma_0, the line search's first step from y toward the first GLMO point x.
 
-        From a warm start, gamma_0 = 1 would discard y_0: this line search on one batch keeps the start's weight
-        unless the first GLMO point is better, and later steps read the schedule at k + s (2/(k+2+s) for the
-        paper's), so no later step is longer than the first.
+        Later steps read the schedule at k + s (2/(k+2+s) for the paper's), so none is longer than the first.
         """
-        batch = problem.full_batch if (exact or problem.full_batch is not None) else problem.sample(generator)
-        trials = [2.0**-i for i in range(WARM_HALVINGS + 1)]
-        values = phi_on([y + t * (x - y) for t in trials], batch)
-        return 2.0 / trials[int(np.argmin(values))] - 2.0
+        return 2.0 / line_search(problem, value_at, lambda t: y + t * (x - y), generator) - 2.0
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
         row, res = linear_model(state, k)
@@ -332,9 +325,9 @@ def hmsfw(problem: CompositeProblem, **options: Any) -> Result:
 
     Warm starts: from a start the user gave (``x0`` of the problem or of the run), gamma_0 is the
     best of 1, 1/2, ..., 2^-10 for phi on one batch (``full_batch`` when there is one: a line search
-    of the first step), and the schedule's gamma is read at k + s with gamma(s) = gamma_0, so a good
-    start keeps its weight; from the default start gamma_0 = 1 as in the paper.  ``first_step=g``
-    fixes gamma_0 = g instead.
+    of the first step; 2^-10 when none beats the start), and the schedule's gamma is read at k + s
+    with gamma(s) = gamma_0, so a good start keeps its weight; from the default start gamma_0 = 1 as in
+    the paper.  ``first_step=g`` fixes gamma_0 = g instead.
 
     History rows: ``objective_estimate`` = F(z_k, y_k), ``gap_estimate``, ``glmo_gap``,
     ``pricing_calls``, ``gamma``, and ``objective`` when the problem can compute phi.  The result

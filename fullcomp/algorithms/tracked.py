@@ -59,28 +59,42 @@ def true_objective(
 WARM_HALVINGS = 10
 
 
-def warm_factor(problem: CompositeProblem, inner: InnerMap, x: torch.Tensor, d: torch.Tensor, generator: Any) -> float:
-    """t in {1, 1/2, ..., 2^-10} scaling a first move of one diameter along -d: 1 from the default start, and from
-    a warm start the best t for phi(P_X(x - t D d / ||d||)) on one batch (``full_batch`` when there is one).
+def line_search(
+    problem: CompositeProblem, value: Callable[[torch.Tensor, Any], torch.Tensor], point_at: Callable, generator: Any
+) -> float:
+    """The step t in {1, 1/2, ..., 2^-10} of a warm start's first move: the best t for phi(point_at(t)) on one
+    batch (``full_batch`` when there is one), or the smallest when none beats t = 0, the start itself.
 
-    The scale-free defaults of PSG (eta), prox-linear (M) and LiNASA (beta) move the first iterate one
-    diameter, which from a start the user chose would throw it away.
+    From a start the user chose, a first step of gamma_0 = 1 (HMSFW) or of one diameter (the scale-free
+    defaults of PSG, prox-linear and LiNASA) would throw the start away. ``value(point, batch)`` is f~ there.
     """
-    domain, outer = problem.domain, problem.outer
+    exact = problem.full_batch is not None or not problem.stochastic
+    batch = problem.full_batch if exact else problem.sample(generator)
+    outer, shape = problem.outer, problem.domain.shape
+
+    def phi(t: float) -> float:
+        point = point_at(t)
+        return outer.value(numpy(value(point, batch)), numpy(point).reshape(shape) if outer.depends_on_x else None)
+
+    steps = [2.0**-i for i in range(WARM_HALVINGS + 1)]
+    values = [phi(t) for t in steps]
+    best = int(np.argmin(values))
+    return steps[best] if values[best] <= phi(0.0) else steps[-1]
+
+
+def warm_factor(problem: CompositeProblem, inner: InnerMap, x: torch.Tensor, d: torch.Tensor, generator: Any) -> float:
+    """t scaling a first move of one diameter along -d: 1 from the default start, the :func:`line_search`
+    step for P_X(x - t D d / ||d||) from a warm start."""
+    domain = problem.domain
     norm = float(torch.linalg.vector_norm(d))
     if not problem.warm_start or norm == 0 or domain.diameter == 0:
         return 1.0
-    batch = (
-        problem.full_batch if problem.full_batch is not None or not problem.stochastic else problem.sample(generator)
+    return line_search(
+        problem,
+        lambda point, batch: inner.value(point, batch, 0),
+        lambda t: project(domain, x - (t * domain.diameter / norm) * d),
+        generator,
     )
-    factors = [2.0**-i for i in range(WARM_HALVINGS + 1)]
-    values = []
-    for point in [x] + [project(domain, x - (t * domain.diameter / norm) * d) for t in factors]:
-        u = numpy(inner.value(point, batch, 0))
-        values.append(outer.value(u, numpy(point).reshape(domain.shape) if outer.depends_on_x else None))
-    best = int(np.argmin(values[1:]))
-    # When no trial beats the start, the smallest keeps the first move within 2^-10 diameters.
-    return factors[best] if values[1 + best] <= values[0] else factors[-1]
 
 
 def numpy(t: torch.Tensor) -> np.ndarray:
