@@ -287,8 +287,9 @@ def launch(argv: list[str], nproc: int) -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    kept, skip = [], False
-    for arg in argv:  # the same command without --nproc
+    cut = argv.index("--") if "--" in argv else len(argv)  # the script's own options are left alone
+    ours, kept, skip = argv[:cut], [], False
+    for arg in ours:  # the same command without --nproc
         if skip or arg.startswith("--nproc="):
             skip = False
             continue
@@ -296,6 +297,7 @@ def launch(argv: list[str], nproc: int) -> int:
             skip = True
             continue
         kept.append(arg)
+    kept += argv[cut:]
     runner = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1"]
     return subprocess.call([*runner, f"--master-port={port}", "-m", "fullcomp", *kept])
 

@@ -40,7 +40,6 @@ class Method:
     setup: Setup
     summary: str
     fixed: Mapping[str, Any] = field(default_factory=dict)
-    source: str = ""
 
     @property
     def options(self) -> tuple[Param, ...]:
@@ -63,7 +62,7 @@ def register(method: Method) -> Method:
 
 def preset(base: Method, name: str, summary: str, **fixed: Any) -> Method:
     """Register ``base`` with some hyperparameters pinned, under its own name."""
-    return register(Method(name, base.problem, base.params, base.setup, summary, {**base.fixed, **fixed}, base.source))
+    return register(Method(name, base.problem, base.params, base.setup, summary, {**base.fixed, **fixed}))
 
 
 def get(name: str) -> Method:
