@@ -279,19 +279,20 @@ def test_lanczos_top_pair_matches_dense_svd_on_sparse_patterns(shape):
         dense = np.zeros(shape)
         dense[rows, cols] = values
         assert np.array_equal(d.toarray(), dense) and np.array_equal(d_t.toarray(), dense.T)
-        u, sigma, v = fc.NuclearBall(shape).top_singular_pair(d, start, d_t)
+        u, sigma, v, upper = fc.NuclearBall(shape).top_singular_pair(d, start, d_t)
         assert sigma == pytest.approx(np.linalg.svd(dense, compute_uv=False)[0], rel=1e-9)
+        assert sigma <= upper <= sigma * (1 + 1e-6)
         np.testing.assert_allclose(dense @ v, sigma * u, atol=1e-4 * sigma)  # vectors to ~tol, values to ~tol^2
         start = u if shape[0] <= shape[1] else v  # warm start the next, different direction
 
 
 def test_lanczos_zero_matrix_and_start_outside_the_range():
-    u, sigma, v = lanczos.top_singular_pair(np.zeros((4, 6)))
+    u, sigma, v, _ = lanczos.top_singular_pair(np.zeros((4, 6)))
     assert sigma == 0.0 and not np.any(v)
     d = np.zeros((4, 6))
     d[0, 0], d[1, 2] = 3.0, 1.0
     # the start spans only rows d does not touch: d^T start = 0
-    u, sigma, _ = lanczos.top_singular_pair(d, start=np.array([0.0, 0.0, 1.0, 1.0]))
+    u, sigma, _, _ = lanczos.top_singular_pair(d, start=np.array([0.0, 0.0, 1.0, 1.0]))
     assert sigma == pytest.approx(3.0, rel=1e-12)
 
 
@@ -308,7 +309,8 @@ def test_nuclear_lmo_is_deterministic():
     np.testing.assert_array_equal(X.lmo(d), X.lmo(d.copy()))
 
 
-def test_rough_nuclear_lmo_is_feasible_and_nearly_optimal():
+def test_nuclear_lmo_stopped_early_is_feasible_and_bounds_the_optimum():
+    """Stopped at any check, the atom is feasible and no better than the optimum, and the bound is below it."""
     rng = np.random.default_rng(11)
     shape = (40, 60)
     rows, cols = np.nonzero(rng.random(shape) < 0.3)
@@ -316,12 +318,21 @@ def test_rough_nuclear_lmo_is_feasible_and_nearly_optimal():
     direction = rng.standard_normal(rows.size)
     dense = np.zeros(shape)
     dense[rows, cols] = direction
-    sigma = np.linalg.svd(dense, compute_uv=False)[0]
+    optimum = -2.0 * np.linalg.svd(dense, compute_uv=False)[0]
     X = fc.NuclearBall(shape, 2.0)
-    for rough in (False, True):
-        s = X.lmo_atom(direction, entries, rough=rough).dense()
+    for checks in (1, 2, 3, None):
+        seen = []
+
+        def enough(value, lower, seen=seen, checks=checks):
+            seen.append((value, lower))
+            return checks is not None and len(seen) >= checks
+
+        atom, lower = X.lmo_bounded(direction, entries, enough=enough)
+        s = atom.dense()
         assert np.linalg.norm(s, "nuc") == pytest.approx(2.0, rel=1e-9)  # feasible, on the boundary
         value = float(np.sum(dense * s))
-        assert value >= -2.0 * sigma * (1 + 1e-12)  # never better than the optimum
-        # rough: the residual tolerance bounds the value's relative error by about its square
-        assert value <= -2.0 * sigma * (1 - (1e-3 if rough else 1e-12))
+        assert value >= optimum * (1 + 1e-12)  # never better than the optimum
+        assert lower <= optimum * (1 - 1e-12)  # a lower bound on it
+        assert all(lo <= v for v, lo in seen)
+        if checks is None:  # run to the Lanczos tolerance: value and bound both exact to ~1e-12
+            assert value == pytest.approx(optimum, rel=1e-12) and lower == pytest.approx(optimum, rel=1e-6)

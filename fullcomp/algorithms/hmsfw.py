@@ -157,7 +157,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             return value, storm(V, jac, jac_previous, beta)
         value, jac = sample_at(y_next, k)
         if tracker == "polyak":
-            return value, polyak(V, jac, beta)
+            return value, polyak(V, jac, beta, out=jac)  # jac is this step's own
         # Hessian correction: the point's draw and the extra batch both come from the run's generator.
         u = float(torch.rand((), generator=generator, dtype=torch.float64, device=generator.device))
         alpha, weight = segment_point(u, point_shape)

@@ -17,6 +17,10 @@ from fullcomp.sets.base import Set
 
 DEFAULT_MAX_CALLS = 500
 ZERO_WEIGHT = 1e-8  # interior-point masters leave ~1e-9 on atoms that carry no weight
+#: An iterative LMO may stop once its value is known to this fraction of itself (for Lanczos, a residual of
+#: about 1e-2 sigma^2) and its bounds decide the call: a certified gap below the target, or an atom that
+#: improves the master by more than the target.
+DECIDE = 0.005
 
 
 class ColumnGenerationGLMO:
@@ -25,11 +29,11 @@ class ColumnGenerationGLMO:
     certified gap ``<V^T q, x_master - atom>`` is below ``tol`` or ``max_calls``
     pricing calls are spent.
 
-    The pool (``pool`` atoms plus the newest priced one) persists across calls: consecutive
-    Frank-Wolfe iterations have similar models, so old atoms warm-start the
-    master.  Zero-weight atoms are pruned first; when all carry weight, the
-    two lightest are merged into their weighted mean, which keeps the master's
-    point representable.
+    Each pricing call asks the set for an atom and a lower bound on the LMO
+    value (:meth:`~fullcomp.sets.base.Set.lmo_bounded`), so an iterative LMO
+    stops as soon as its bounds decide the call, and the gap reported is the
+    upper bound these give.  For the nuclear ball the bound assumes, as any
+    Lanczos answer does, that the iteration found the top of the spectrum.
     """
 
     route = "colgen"
@@ -51,8 +55,7 @@ class ColumnGenerationGLMO:
         self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
-        self.hint: Atom | None = None  # last exactly priced atom: warm-starts iterative LMOs
-        self.rough_hint: Atom | None = None  # last priced atom, exact or rough: warm-starts rough ones
+        self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
         self._entries: Entries | None = None
         self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
@@ -98,15 +101,8 @@ class ColumnGenerationGLMO:
             model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
             value = self.outer.value(c + model_x)
             target = target_gap(tol, value)
-            # Until the last allowed call, price roughly: a rough atom still improves the master, and its
-            # gap is a lower bound on the exact one, so only a gap below target needs an exact LMO.
-            rough = calls + 1 < max_calls
-            direction = Vm.T @ self.q
-            atom, values, image, gap = self._price(direction, Vm, entries, model_x, rough)
+            atom, values, image, gap = self._price(Vm, entries, model_x, target, last=calls + 1 >= max_calls)
             calls += 1
-            if rough and gap <= target:
-                atom, values, image, gap = self._price(direction, Vm, entries, model_x, rough=False)
-                calls += 1
             if gap <= target:
                 break
             self._add(atom, values, image, images, lam)
@@ -120,19 +116,21 @@ class ColumnGenerationGLMO:
         return GLMOResult(x, value, gap, calls, atoms, lam[used], converged=bool(gap <= target))
 
     def _price(
-        self, direction: np.ndarray, Vm: np.ndarray, entries: Entries, model_x: np.ndarray, rough: bool
+        self, Vm: np.ndarray, entries: Entries, model_x: np.ndarray, target: float, last: bool
     ) -> tuple[Atom, np.ndarray, np.ndarray, float]:
-        """The atom s = lmo(V^T q) for ``direction`` = V^T q, its values and image V s, and the
-        certificate <V^T q, x - s> (written through images to avoid forming x)."""
-        # Exact calls warm-start only from exact atoms: a rough atom may lie near the second singular
-        # vector, and Lanczos started there can stop on it before the top one shows up.
-        atom = self.domain.lmo_atom(direction, entries, hint=self.rough_hint if rough else self.hint, rough=rough)
-        self.rough_hint = atom
-        if not rough:
-            self.hint = atom
+        """An atom s for the direction V^T q, its values and image V s, and the certified gap
+        <V^T q, x> - min_X <V^T q, .> (written through images to avoid forming x)."""
+        base = float(self.q @ model_x)
+
+        def enough(value: float, lower: float) -> bool:
+            if value - lower > DECIDE * abs(value):
+                return False
+            return base - lower <= target or (not last and base - value > target)
+
+        atom, lower = self.domain.lmo_bounded(Vm.T @ self.q, entries, hint=self.hint, enough=enough)
+        self.hint = atom
         values = atom.at(entries)
-        image = Vm @ values
-        return atom, values, image, max(float(self.q @ (model_x - image)), 0.0)
+        return atom, values, Vm @ values, max(base - lower, 0.0)
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""
@@ -183,5 +181,5 @@ class ColumnGenerationGLMO:
 
     def load_state_dict(self, state: dict) -> None:
         self.atoms, self.active, self.q = list(state["atoms"]), np.array(state["active"]), np.array(state["q"])
-        self.hint = self.rough_hint = state.get("hint")
+        self.hint = state.get("hint")
         self._entries = None  # the value cache is rebuilt from the atoms

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import cvxpy as cp
 import numpy as np
 
@@ -9,11 +11,9 @@ from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Atom, Entries, RankOneAtom
 from fullcomp.sets.base import Set, as_shape, check_radius, numeric
-from fullcomp.sets.lanczos import SparsePattern
+from fullcomp.sets.lanczos import SingularPair, SparsePattern
 
 LANCZOS_TOL = 1e-7
-# A rough LMO only has to find an improving column; its value error is about the square of this.
-ROUGH_LANCZOS_TOL = 1e-2
 
 
 def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
@@ -114,45 +114,56 @@ class NuclearBall(Set):
     contains_origin = True  # a ball centred at the origin
 
     def top_singular_pair(
-        self, d, start: np.ndarray | None = None, d_t=None, tol: float = LANCZOS_TOL
-    ) -> tuple[np.ndarray, float, np.ndarray]:
-        """(u, sigma, v) with d v = sigma u for the largest singular value; d may be sparse.
+        self, d, start: np.ndarray | None = None, d_t=None, tol: float = LANCZOS_TOL,
+        stop: Callable[[float, float], bool] | None = None,
+    ) -> SingularPair:
+        """(u, sigma, v, upper) with d v = sigma u for the largest singular value; d may be sparse.
 
         ``start`` warm-starts the Lanczos iteration with a previous singular vector of the
         shorter side (u when P <= Q, else v); consecutive LMO directions are close, so it
-        cuts iterations.  ``d_t``: d's transpose in row-major layout, when the caller has it.
-        ``tol``: the Lanczos residual tolerance relative to the singular value.
+        cuts iterations.  ``d_t``: d's transpose, when the caller has it.  ``tol``: the
+        Lanczos residual tolerance relative to the singular value; ``stop(sigma, upper)``
+        may end the iteration earlier (:func:`fullcomp.sets.lanczos.top_singular_pair`).
         """
         p, q = d.shape
         if min(p, q) == 1:
             dense = np.asarray(d.todense() if hasattr(d, "todense") else d).reshape(p, q)
             sigma = float(np.linalg.norm(dense))
             if sigma == 0:
-                return np.zeros(p), 0.0, np.zeros(q)
+                return SingularPair(np.zeros(p), 0.0, np.zeros(q), 0.0)
             if p == 1:
-                return np.ones(1), sigma, dense[0] / sigma
-            return dense[:, 0] / sigma, sigma, np.ones(1)
+                return SingularPair(np.ones(1), sigma, dense[0] / sigma, sigma)
+            return SingularPair(dense[:, 0] / sigma, sigma, np.ones(1), sigma)
         d_t = d.T if d_t is None else d_t
         # The residual tolerance bounds the singular vectors' error over the spectral gap, the value's by
         # its square: 1e-7 keeps the LMO value (and so the GLMO certificate) exact to ~1e-12 even when
         # the top two singular values are close; 1e-5 was measured to lose 1e-6 on such directions.
         if p <= q:
-            return lanczos.top_singular_pair(d, d_t, start, tol=tol)
-        v, sigma, u = lanczos.top_singular_pair(d_t, d, start, tol=tol)
-        return u, sigma, v
+            return lanczos.top_singular_pair(d, d_t, start, tol=tol, stop=stop)
+        v, sigma, u, upper = lanczos.top_singular_pair(d_t, d, start, tol=tol, stop=stop)
+        return SingularPair(u, sigma, v, upper)
 
     @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         if not np.any(d):
             return np.zeros_like(d)
-        u, _, v = self.top_singular_pair(d)
+        u, _, v, _ = self.top_singular_pair(d)
         return -self.radius * np.outer(u, v)
 
-    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False) -> Atom:
-        """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries.
+    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
+        return self.lmo_bounded(direction, entries, hint)[0]
 
-        ``hint``, a previous rank-one atom, warm-starts the singular-pair solver; ``rough``
-        stops it at a residual of ``ROUGH_LANCZOS_TOL`` instead of ``LANCZOS_TOL``.
+    def lmo_bounded(
+        self,
+        direction: np.ndarray,
+        entries: Entries,
+        hint: Atom | None = None,
+        enough: Callable[[float, float], bool] | None = None,
+    ) -> tuple[Atom, float]:
+        """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries,
+        and the lower bound -radius * upper on the LMO value.
+
+        ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.
         """
         if len(entries) == self.size:
             matrix = np.empty(self.size)
@@ -165,10 +176,12 @@ class NuclearBall(Set):
         start = None
         if isinstance(hint, RankOneAtom):
             start = hint.u if self.shape[0] <= self.shape[1] else hint.v
-        u, sigma, v = self.top_singular_pair(matrix, start, transpose, ROUGH_LANCZOS_TOL if rough else LANCZOS_TOL)
+        r = self.radius
+        stop = None if enough is None else (lambda sigma, upper: enough(-r * sigma, -r * upper))
+        u, sigma, v, upper = self.top_singular_pair(matrix, start, transpose, LANCZOS_TOL, stop)
         if sigma == 0:
-            return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1]))
-        return RankOneAtom(-self.radius * u, v)
+            return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1])), -r * upper
+        return RankOneAtom(-r * u, v), -r * upper
 
     @numeric
     def project(self, p: np.ndarray) -> np.ndarray:

@@ -94,18 +94,33 @@ class Set(ABC):
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
         """CVXPY constraints stating ``var`` in X."""
 
-    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None, rough: bool = False) -> Atom:
+    def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
         """The LMO for a direction given by its values at ``entries`` (zero elsewhere), as an atom.
 
         The default scatters into a dense direction; sets with a structured
         LMO (the nuclear ball: a sparse top singular pair) override it and may
-        warm-start from ``hint``, a previous atom.  ``rough=True`` accepts a
-        feasible atom that is only nearly optimal (an iterative LMO may stop
-        early); exact LMOs ignore it.
+        warm-start from ``hint``, a previous atom.
         """
         dense = np.zeros(self.size)
         dense[entries.flat] = direction
         return DenseAtom(np.asarray(self.lmo(dense.reshape(self.shape)), dtype=np.float64))
+
+    def lmo_bounded(
+        self,
+        direction: np.ndarray,
+        entries: Entries,
+        hint: Atom | None = None,
+        enough: Callable[[float, float], bool] | None = None,
+    ) -> tuple[Atom, float]:
+        """An atom s of the LMO for ``direction`` (as in :meth:`lmo_atom`) and a lower bound on
+        min_{x in X} <direction, x>.
+
+        An iterative LMO may return as soon as ``enough(value, lower)`` holds, with value =
+        <direction, s> for its current s: column generation only needs to know whether some
+        atom improves its master by more than a target.  An exact LMO returns lower = value.
+        """
+        atom = self.lmo_atom(direction, entries, hint)
+        return atom, float(direction @ atom.at(entries))
 
     def contains(self, point: Array, tol: float = 1e-9) -> bool:
         p = point.detach().cpu().numpy() if isinstance(point, torch.Tensor) else np.asarray(point, float)
