@@ -114,7 +114,11 @@ class NuclearBall(Set):
     contains_origin = True  # a ball centred at the origin
 
     def top_singular_pair(
-        self, d, start: np.ndarray | None = None, d_t=None, tol: float = LANCZOS_TOL,
+        self,
+        d,
+        start: np.ndarray | None = None,
+        d_t=None,
+        tol: float = LANCZOS_TOL,
         stop: Callable[[float, float], bool] | None = None,
     ) -> SingularPair:
         """(u, sigma, v, upper) with d v = sigma u for the largest singular value; d may be sparse.
