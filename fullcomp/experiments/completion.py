@@ -45,13 +45,15 @@ class Completion:
     problem: CompositeProblem
     objective: str
     radius: float
+    unsort: np.ndarray  # position of each training rating (data order) among the row-ordered reads
 
     def split_values(self, entries: torch.Tensor) -> dict[str, np.ndarray]:
-        """Cut the kept-entry vector (train, then val, then test) into the three splits."""
+        """Cut the kept-entry vector (train in row-major order, then val, then test) into the three
+        splits, each in the data's order."""
         sizes = [len(self.data.train), len(self.data.val), len(self.data.test)]
         values = entries.detach().cpu().numpy()
         train, val, test = np.split(values, np.cumsum(sizes)[:2])
-        return {"train": train, "val": val, "test": test}
+        return {"train": train[self.unsort], "val": val, "test": test}
 
     def outer_value(self, losses: np.ndarray) -> float:
         return self.problem.outer.value(np.asarray(losses, dtype=float))
@@ -92,7 +94,14 @@ def completion_problem(
     if not (np.isfinite(radius_scale) and radius_scale > 0):
         raise OptionError(f"radius_scale must be a positive number, got {radius_scale}")
     train = data.train
-    ratings = torch.from_numpy(train.ratings)
+    # The map reads the training entries in row-major order, so the LMO's sparse direction fills its
+    # CSR matrix without a permutation; the sampler draws the data's group positions and maps them there.
+    train_flat = data.flat_index("train")
+    order = np.argsort(train_flat, kind="stable")
+    unsort = np.empty_like(order)
+    unsort[order] = np.arange(order.size)
+    ratings = torch.from_numpy(train.ratings[order])
+    to_read = torch.from_numpy(unsort)
     slices = data.group_slices("train")
     starts = torch.tensor([s.start for s in slices])
     counts = torch.tensor([s.stop - s.start for s in slices])
@@ -103,12 +112,13 @@ def completion_problem(
     outer = cp.max(u) if objective == "max" else cvar(u, CVAR_ALPHA)
     radius = radius_scale * base_radius(data)
     domain = NuclearBall(data.shape, radius)
-    train_flat = torch.from_numpy(data.flat_index("train"))
+    reads = train_flat[order]
+    reads_t = torch.from_numpy(reads)
 
     def sampler(generator: torch.Generator) -> torch.Tensor:
         # (groups, batch) positions into the training entries, uniform within each group.
         draws = torch.rand(n, batch, generator=generator, dtype=torch.float64)
-        return starts[:, None] + (draws * counts[:, None]).long()
+        return to_read[starts[:, None] + (draws * counts[:, None]).long()]
 
     def group_loss(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         target = ratings.to(values.dtype)
@@ -119,13 +129,11 @@ def completion_problem(
 
     if structured:
         track = np.concatenate([data.flat_index("val"), data.flat_index("test")])
-        problem = CompositeProblem(
-            outer, group_loss, domain, sampler=sampler, reads=data.flat_index("train"), track=track
-        )
+        problem = CompositeProblem(outer, group_loss, domain, sampler=sampler, reads=reads, track=track)
     else:
 
         def dense_loss(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-            return group_loss(x.reshape(-1).index_select(0, train_flat), positions)
+            return group_loss(x.reshape(-1).index_select(0, reads_t), positions)
 
         problem = CompositeProblem(outer, dense_loss, domain, sampler=sampler)
-    return Completion(data, problem, objective, radius)
+    return Completion(data, problem, objective, radius, unsort)

@@ -12,7 +12,7 @@ from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol, target_gap
 from fullcomp.glmo.master import ConicMaster
 from fullcomp.model.composite import Outer
-from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
+from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom, RankOneAtom
 from fullcomp.sets.base import Set
 
 DEFAULT_MAX_CALLS = 500
@@ -58,6 +58,7 @@ class ColumnGenerationGLMO:
         self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
         self._entries: Entries | None = None
         self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads
+        self._work = np.empty((2, 0))  # the direction and a priced atom's values, reused across calls
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
 
     def solve(
@@ -127,9 +128,11 @@ class ColumnGenerationGLMO:
                 return False
             return base - lower <= target or (not last and base - value > target)
 
-        atom, lower = self.domain.lmo_bounded(Vm.T @ self.q, entries, hint=self.hint, enough=enough)
+        # Work arrays of len(entries) are reused across calls: fresh ones page-fault at 10^7 entries.
+        direction, values = np.dot(self.q, Vm, out=self._work[0]), self._work[1]
+        atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough)
         self.hint = atom
-        values = atom.at(entries)
+        values = atom.at(entries, out=values) if isinstance(atom, RankOneAtom) else atom.at(entries)
         return atom, values, Vm @ values, max(base - lower, 0.0)
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
@@ -152,6 +155,7 @@ class ColumnGenerationGLMO:
         """Keep every pooled atom's values at ``entries``: atoms persist across calls, entries do not change."""
         if self._entries is not entries:
             self._entries, self.values = entries, np.zeros((self.active.size, len(entries)))
+            self._work = np.empty((2, len(entries)))
             for j in np.flatnonzero(self.active):
                 self.values[j] = self.atoms[j].at(entries)
 

@@ -90,7 +90,8 @@ def top_singular_pair(
         norm = np.linalg.norm(mix)
         q = start / np.linalg.norm(start) + (0.01 / norm * mix if norm > 0 else 0.0)
     basis[0] = q / np.linalg.norm(q)
-    scale = float(np.sum(d.data**2) if sp.issparse(d) else np.sum(d**2))  # ||d||_F^2 >= sigma^2
+    flat = d.data if sp.issparse(d) else np.ravel(d)
+    scale = float(flat @ flat)  # ||d||_F^2 >= sigma^2
     if scale == 0:
         return SingularPair(basis[0], 0.0, np.zeros(d.shape[1]), 0.0)
     theta, vec = 0.0, np.ones(1)

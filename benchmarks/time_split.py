@@ -1,0 +1,71 @@
+"""Where a certified HMSFW update spends its time: Jacobian, LMO (pricing), master, and the rest.
+
+Shared by the completion benchmarks.  ``TimeSplit`` wraps the three entry points for the
+duration of a run and sums CPU seconds (``time.process_time``, the clock the benchmarks
+report); ``floor`` times one minibatch Jacobian plus one exact LMO on the same problem, the
+least an update that prices once could cost.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from fullcomp.glmo.master import ConicMaster
+from fullcomp.oracles.jacobian import InnerOracle
+
+
+class TimeSplit:
+    """``with TimeSplit(domain) as split: ...``; then ``split.seconds[part]`` (CPU seconds)."""
+
+    def __init__(self, domain):
+        self.targets = [(InnerOracle, "__call__", "jacobian"), (type(domain), "lmo_bounded", "lmo")]
+        self.targets.append((ConicMaster, "solve", "master"))
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def _timed(self, real, part):
+        def timed(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.seconds[part] += time.process_time() - start
+
+        return timed
+
+    def __enter__(self) -> TimeSplit:
+        self._saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in self.targets]
+        for cls, name, part in self.targets:
+            setattr(cls, name, self._timed(cls.__dict__[name], part))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for cls, name, real in self._saved:
+            setattr(cls, name, real)
+
+    def line(self, updates: int, per_update: float) -> str:
+        parts = {p: self.seconds[p] / updates for p in ("jacobian", "lmo", "master")}
+        rest = per_update - sum(parts.values())
+        return " | ".join(f"{p} {s:.3f}" for p, s in [*parts.items(), ("rest", rest)])
+
+
+def floor(problem, rounds: int = 3) -> float:
+    """CPU seconds of one minibatch Jacobian at the start plus one exact (cold) LMO of a direction V^T q."""
+    reads = problem.reads
+    n_read = len(reads)
+    oracle = InnerOracle(problem.inner, problem.n, (n_read,), "cpu", torch.float64)
+    x = torch.zeros(n_read, dtype=torch.float64)
+    generator = torch.Generator().manual_seed(0)
+    times = []
+    for _ in range(rounds):
+        batch = problem.sample(generator)
+        start = time.process_time()
+        _, jac = oracle(x, batch, 0)
+        direction = np.full(problem.n, 1.0 / problem.n) @ jac.numpy()
+        problem.domain.lmo_bounded(direction, reads)
+        times.append(time.process_time() - start)
+    return statistics.median(times)
