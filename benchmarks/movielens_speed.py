@@ -18,7 +18,8 @@ import torch
 from time_split import TimeSplit, floor
 
 import fullcomp as fc
-from fullcomp.experiments import completion_problem, protocol
+from fullcomp.experiments import completion_problem
+from fullcomp.experiments import movielens as protocol
 
 
 def main() -> None:

@@ -422,7 +422,7 @@ def report_command(args: argparse.Namespace, rest: list[str], parser: argparse.A
 EXPERIMENTS: dict[str, tuple[str, str]] = {
     "movielens": (
         "group-robust matrix completion (HMSFW paper, Section 6): every method, seeds, optimizer-time budget",
-        "fullcomp.experiments.protocol",
+        "fullcomp.experiments.movielens",
     ),
     "pu": (
         "positive-unlabeled learning (SMAG paper, Section 5.1): SMAG against the DC baselines",

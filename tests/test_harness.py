@@ -23,7 +23,8 @@ from test_protocol import SYNTHETIC, tiny_config
 from test_pu import TINY_CONFIG as PU_CONFIG
 
 from fullcomp import cli
-from fullcomp.experiments import pauc, protocol, pu
+from fullcomp.experiments import movielens as protocol
+from fullcomp.experiments import pauc, pu
 
 REFERENCE = Path(__file__).parent / "data" / "harness"
 REGENERATE = os.environ.get("FULLCOMP_REGEN_HARNESS") == "1"

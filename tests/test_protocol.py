@@ -13,8 +13,9 @@ import pytest
 import fullcomp.experiments as ex
 from fullcomp.datasets import synthetic_ratings
 from fullcomp.errors import OptionError
-from fullcomp.experiments import protocol
+from fullcomp.experiments import movielens as protocol
 from fullcomp.experiments.completion import Completion, completion_problem
+from fullcomp.experiments.movielens import runs as movielens_runs
 from fullcomp.run import History
 
 SYNTHETIC = {"shape": (40, 30), "n_ratings": 900, "seed": 3}
@@ -118,7 +119,7 @@ def test_bench_resumes_finished_runs_and_reruns_changed_ones(tmp_path, monkeypat
     ex.bench_movielens(None, "max", None, [0], ["psg"], tmp_path, **common)
     calls = []
     real = protocol.run_method
-    monkeypatch.setattr(protocol, "run_method", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(movielens_runs, "run_method", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     lines = []
     ex.bench_movielens(None, "max", None, [0, 1], ["psg"], tmp_path, log=lines.append, **common)
     assert calls == ["psg"] and any("kept the finished run" in line for line in lines)  # only seed 1 ran

@@ -1,4 +1,4 @@
-"""The pieces every experiment protocol shares (MovieLens :mod:`~fullcomp.experiments.protocol`, PU learning
+"""The pieces every experiment protocol shares (MovieLens :mod:`~fullcomp.experiments.movielens`, PU learning
 :mod:`~fullcomp.experiments.pu`, pAUC fairness :mod:`~fullcomp.experiments.pauc`).
 
 * :func:`emit`: the optional one-line log of a bench run.
@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import io
+import json
 import math
 import os
 import re
@@ -20,6 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fullcomp.errors import OptionError
 from fullcomp.run import write_atomic
@@ -210,3 +214,76 @@ __all__ = [
     "add_no_progress",
     "write_report",
 ]
+
+
+def select_methods(methods: str | Iterable[str] | None, registry: Iterable[str]) -> list[str]:
+    """Validated names from ``registry`` in its order (None: all); a comma-separated string is accepted."""
+    order = list(registry)
+    if methods is None:
+        return order
+    if isinstance(methods, str):
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    names = list(methods)
+    unknown = [m for m in names if m not in order]
+    if unknown or not names:
+        raise OptionError(f"unknown method(s) {unknown or names}; choose from {', '.join(order)}")
+    return [m for m in order if m in names]
+
+
+def check_keys(method: str, settings: Any, registry: dict[str, Any]) -> tuple[str, ...]:
+    """The keys of ``registry[method]``, after refusing an unknown method or settings without exactly those keys."""
+    if method not in registry:
+        raise OptionError(f"unknown method {method!r}; choose from {', '.join(registry)}")
+    if not isinstance(settings, dict):
+        raise OptionError(f"settings of {method} must be a dict, got {type(settings).__name__}")
+    keys = registry[method].keys
+    missing = [k for k in keys if k not in settings]
+    extra = [k for k in settings if k not in keys]
+    if missing or extra:
+        raise OptionError(
+            f"settings of {method} must hold exactly {', '.join(keys)}"
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; unknown {', '.join(extra)}" if extra else "")
+        )
+    return keys
+
+
+def read_config(config: str | os.PathLike | dict | None, default: Path, hint: str) -> tuple[Any, str]:
+    """A configuration given as a dict (copied) or a JSON file (None: ``default``), and its name for messages.
+
+    ``hint`` tells a user without the file how to write one.
+    """
+    if isinstance(config, dict):
+        return copy.deepcopy(config), "configuration"
+    path = Path(default if config is None else config)
+    if not path.is_file():
+        raise OptionError(f"configuration file {path} not found; {hint}")
+    try:
+        return json.loads(path.read_text()), str(path)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"configuration file {path} is not valid JSON: {exc}") from None
+
+
+def check_dataset_settings(data: Any, origin: str, check: Callable[[str, Any], dict]) -> dict[str, Any]:
+    """Validate ``{"settings": {dataset: {method: settings}}}`` in place with ``check(method, settings)``."""
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+        raise OptionError(f"{origin} must be a JSON object with 'settings': {{dataset: {{method: settings}}}}")
+    for dataset, block in data["settings"].items():
+        for method, settings in block.items():
+            try:
+                block[method] = check(method, settings)
+            except OptionError as exc:
+                raise OptionError(f"{origin}, {dataset}: {exc}") from None
+    return data
+
+
+def check_seeds(seeds: int | Iterable[int] | str) -> list[int]:
+    """Seeds as a list of ints: one int, a list of ints, or a string like "2000-2004" or "1,2"."""
+    if isinstance(seeds, str):
+        return parse_seeds(seeds)
+    if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
+        return [int(seeds)]
+    out = list(seeds)
+    if not out or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in out):
+        raise OptionError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+    return [int(s) for s in out]

@@ -62,17 +62,15 @@ from fullcomp.experiments.harness import (
     best_mean,
     by_seed,
     cell,
-    emit,
-    seed_columns,
-    write_report,
-    write_tables,
-)
-from fullcomp.experiments.protocol import (
     check_dataset_settings,
     check_keys,
     check_seeds,
+    emit,
     read_config,
+    seed_columns,
     select_methods,
+    write_report,
+    write_tables,
 )
 from fullcomp.metrics import fairness_report
 from fullcomp.model.dmax import DMaxProblem

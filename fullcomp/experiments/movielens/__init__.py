@@ -1,0 +1,90 @@
+"""The MovieLens protocol of the HMSFW paper (Section 6 and Appendix A) as reusable functions.
+
+Modules: :mod:`.config` (methods, constants, frozen configuration), :mod:`.runs` (one run, the bench),
+:mod:`.tables` (tables and figures), :mod:`.tuning` (radius and settings), :mod:`.cli` (the command).
+
+* :data:`METHODS` maps the nine compared methods (HMSFW I/II, their fixed-budget
+  versions, Vanilla and Clipped SCFW, PSG, prox-linear, LiNASA+ICG) to runners
+  ``run(problem, settings, seed, seconds, callback) -> Result``.
+* :func:`bench_movielens` runs every (method, seed) under one optimizer-time
+  budget and saves each run as ``out_dir/<objective>/<method>/seed<k>/``.
+* :func:`tables` and :func:`plots` turn those folders into the paper's
+  Tables 3-6 (CSV and Markdown) and its loss-versus-time figures (PNG).
+* :func:`choose_radius_scale` selects the nuclear radius on validation and
+  :func:`tune_movielens` the method settings on the tuning seeds, writing the
+  frozen configuration (``configs/movielens.json``) that the benchmark reads.
+
+Protocol (Appendix A.1-A.4): zero start, 1,024 sampled training ratings per
+group and update, the saved 80/10/10 split, optimizer time only in the budget
+(evaluation runs in the callback, outside it), and scoring of the last update
+completed within the budget.
+"""
+
+from fullcomp.experiments.harness import check_seeds, parse_seeds
+from fullcomp.experiments.movielens.cli import add_arguments, run_from_args
+from fullcomp.experiments.movielens.config import (
+    BATCH,
+    CLOCK,
+    DEFAULT_CONFIG,
+    FINAL_SEEDS,
+    METHODS,
+    OBJECTIVE_LABELS,
+    PROTOCOL,
+    RADIUS_SCALES,
+    TUNING_SEEDS,
+    Method,
+    ProtocolConfig,
+    check_settings,
+    load_config,
+    load_data,
+    method_names,
+    objective_names,
+)
+from fullcomp.experiments.movielens.runs import bench_movielens, run_method, save_run
+from fullcomp.experiments.movielens.tables import COLUMNS, ProtocolRun, common_curve, plots, summarize, tables
+from fullcomp.experiments.movielens.tuning import (
+    DEFAULT_GRIDS,
+    RELATIVE,
+    candidates,
+    choose_radius_scale,
+    reference_scales,
+    tune_movielens,
+)
+
+__all__ = [
+    "BATCH",
+    "CLOCK",
+    "COLUMNS",
+    "DEFAULT_CONFIG",
+    "DEFAULT_GRIDS",
+    "FINAL_SEEDS",
+    "METHODS",
+    "OBJECTIVE_LABELS",
+    "PROTOCOL",
+    "RADIUS_SCALES",
+    "RELATIVE",
+    "TUNING_SEEDS",
+    "Method",
+    "ProtocolConfig",
+    "ProtocolRun",
+    "add_arguments",
+    "bench_movielens",
+    "candidates",
+    "check_seeds",
+    "check_settings",
+    "choose_radius_scale",
+    "common_curve",
+    "load_config",
+    "load_data",
+    "method_names",
+    "objective_names",
+    "parse_seeds",
+    "plots",
+    "reference_scales",
+    "run_from_args",
+    "run_method",
+    "save_run",
+    "summarize",
+    "tables",
+    "tune_movielens",
+]
