@@ -1,0 +1,203 @@
+"""The PU protocol's data sets, compared methods, constants and frozen configuration."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
+from fullcomp.algorithms.smag import smag
+from fullcomp.datasets import images
+from fullcomp.datasets.images import ImageData
+from fullcomp.datasets.pu import PUData, pu_split
+from fullcomp.errors import DataError, OptionError
+from fullcomp.experiments.harness import (
+    check_dataset_settings,
+    check_keys,
+    read_config,
+    select_methods,
+)
+from fullcomp.model.dmax import DMaxProblem
+from fullcomp.run import Result
+
+#: Tag written into every run's summary.json, so tables() reads only this protocol's folders.
+PROTOCOL = "pu"
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pu.json"
+FINAL_SEEDS = (0, 1, 2, 3)
+TUNING_SEEDS = (100,)
+EPOCHS = 40
+DECAY_AT = (0.3, 0.6)  # fractions of the epochs: 12 and 24 of 40
+BATCH = 64
+#: The configuration's settings for a data set it was not tuned on.
+FALLBACK_DATASET = "mnist5k"
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A data set of the protocol: its label and loader (``loader(path)``; digits ignores the path)."""
+
+    key: str
+    label: str
+    loader: Callable[[Any], ImageData]
+    needs_path: bool = True
+
+
+DATASETS: dict[str, Dataset] = {
+    d.key: d
+    for d in (
+        Dataset("digits", "digits (sklearn)", lambda path: images.digits(), needs_path=False),
+        Dataset("mnist5k", "MNIST-5k", images.mnist5k),
+        Dataset("mnist", "MNIST", images.mnist),
+        Dataset("fashion-mnist", "Fashion-MNIST", images.fashion_mnist),
+        Dataset("cifar10", "CIFAR-10", images.cifar10),
+        Dataset("fer2013", "FER2013", images.fer2013),
+    )
+}
+
+
+def detect_dataset(path: str | os.PathLike | None) -> str:
+    """The data set a path holds, from its file names (IDX files count as MNIST unless 'fashion' is in the path)."""
+    if path is None:
+        return "digits"
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p} does not exist; pass a data folder or file, or omit --data for sklearn's digits")
+    names = {f.name for f in p.iterdir()} if p.is_dir() else {p.name}
+    if any(n.startswith("mnist_5k") for n in names):
+        return "mnist5k"
+    if any(n.startswith("train-images") for n in names):
+        return "fashion-mnist" if "fashion" in str(p).lower() else "mnist"
+    if "test_batch" in names or "cifar-10-batches-py" in names:
+        return "cifar10"
+    if any(n.lower().startswith("fer2013") for n in names):
+        return "fer2013"
+    raise DataError(
+        f"cannot tell which data set {p} holds; pass --dataset ({', '.join(DATASETS)}) or a folder with "
+        "mnist_5k.csv.gz, the MNIST IDX files, the CIFAR-10 python batches or fer2013.csv"
+    )
+
+
+def load_pu(dataset: str | None, path: str | os.PathLike | None) -> tuple[str, PUData]:
+    """(data set key, PU data) for a key (None: detected from ``path``) and a path (None for digits)."""
+    key = detect_dataset(path) if dataset in (None, "auto") else dataset
+    if key not in DATASETS:
+        raise OptionError(f"unknown data set {key!r}; choose from {', '.join(DATASETS)}")
+    spec = DATASETS[key]
+    if spec.needs_path and path is None:
+        raise OptionError(f"{spec.label} is read from files: pass its folder as --data / path")
+    return key, pu_split(spec.loader(path))
+
+
+def batches_per_epoch(data: PUData, batch: int = BATCH) -> int:
+    """Iterations per epoch: one pass over the unlabeled set S_u (the larger of S_+ and S_u)."""
+    return math.ceil(len(data.unlabeled) / batch)
+
+
+# --------------------------------------------------------------------------------------------- methods
+
+
+def smag_run(
+    problem: DMaxProblem,
+    *,
+    gamma: float,
+    eta0: float,
+    eta1: float,
+    iters: int,
+    decay: Callable[[int], float] | None = None,
+    seed: int = 0,
+    callback: Callable | None = None,
+    eval_every: int | None = None,
+    progress: bool = False,
+) -> Result:
+    """SMAG (Algorithm 2) with the protocol's learning-rate decay: ``fc.smag(..., decay=decay)``.
+
+    The updates are exactly ``fc.smag``'s, with eta0 and eta1 both multiplied by ``decay(k)``.
+    The output (``x``) is x_phi, as Algorithm 2 returns; ``x_t`` is the outer iterate.
+    """
+    with warnings.catch_warnings():
+        # The grid includes eta1 > gamma/2, outside the analysis; the tuning decides, not a warning per run.
+        warnings.simplefilter("ignore", UserWarning)
+        # Both rates decay: the analysis takes eta0 proportional to eta1, and decaying eta1 alone lets x run
+        # ahead of the slowed proximal estimates (measured on digits: x_t's objective then grows).
+        res = smag(
+            problem,
+            gamma=gamma,
+            eta0=eta0,
+            eta1=eta1,
+            decay=decay,
+            iters=iters,
+            seed=seed,
+            callback=callback,
+            eval_every=eval_every,
+            progress=progress,
+        )
+    return Result(res.x_phi, res.history, {**res.info, "output": "x_phi"}, x_t=res.x, x_psi=res.x_psi)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A compared method: protocol name, the paper's label, the solver and the settings keys it reads."""
+
+    name: str
+    label: str
+    solver: Callable[..., Result]
+    keys: tuple[str, ...]
+
+    def run(self, problem: DMaxProblem, settings: dict[str, Any], **options: Any) -> Result:
+        return self.solver(problem, **{k: settings[k] for k in self.keys}, **options)
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("sgd", "SGD", dc_sgd, ("eta",)),
+        Method("sdca", "SDCA", sdca, ("eta", "outer", "inner_iters")),
+        Method("ssdc-spg", "SSDC-SPG", ssdc_spg, ("eta", "gamma", "inner_iters")),
+        Method("ssdc-adagrad", "SSDC-Adagrad", ssdc_adagrad, ("eta", "gamma", "inner_iters")),
+        Method("sbcd", "SBCD", sbcd, ("eta", "mu", "inner_iters", "outer")),
+        Method("smag", "SMAG", smag_run, ("eta1", "eta0", "gamma")),
+    )
+}
+
+
+def method_names(methods: str | Iterable[str] | None) -> list[str]:
+    """Validated method names in the paper's order (None: all six); a comma-separated string is accepted."""
+    return select_methods(methods, METHODS)
+
+
+def check_settings(method: str, settings: Any) -> dict[str, Any]:
+    return {k: settings[k] for k in check_keys(method, settings, METHODS)}
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def load_config(config: str | os.PathLike | dict | None = None) -> dict[str, Any]:
+    """The frozen settings: a path to JSON, a dict, or None (the committed ``configs/pu.json``)."""
+    data, origin = read_config(config, DEFAULT_CONFIG, "pass the JSON written by tune_pu")
+    return check_dataset_settings(data, origin, check_settings)
+
+
+def settings_for(config: dict[str, Any], dataset: str, method: str) -> tuple[dict[str, Any], str]:
+    """(settings, data set they were tuned on): the data set's own, else :data:`FALLBACK_DATASET`'s."""
+    for key in (dataset, FALLBACK_DATASET):
+        if method in config["settings"].get(key, {}):
+            return dict(config["settings"][key][method]), key
+    raise OptionError(f"the configuration has no settings for {method} (on {dataset} or {FALLBACK_DATASET})")
+
+
+#: Section 5.1's grids.  "eta" (eta1 for SMAG) is the learning rate of every method; "outer" of SDCA and
+#: "eta0" of SMAG the outer rates; "inner_iters" the inner loops; mu of SBCD and gamma of SMAG from PROX,
+#: and 1/gamma of SSDC from PROX (so gamma = 1/value).  SBCD's outer step (gamma/mu of AGD-SBCD) is not in
+#: the paper's list: it is searched over AGD-SBCD's own {0.1, 1, 2}.
+LR = [10.0, 1.0, 0.2, 0.1, 0.01, 0.001]
+OUTER = [0.1, 0.5, 0.9]
+INNER = [2, 5, 10]
+PROX = [0.05, 0.1, 0.2, 0.5, 1.0, 2.0]
