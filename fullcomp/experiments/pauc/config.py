@@ -1,0 +1,189 @@
+"""The pAUC-fairness protocol's compared methods, data sets, workloads and frozen configuration."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
+from fullcomp.algorithms.smag import smag
+from fullcomp.datasets.tabular import TabularData, adult, german_credit
+from fullcomp.errors import DataError, OptionError
+from fullcomp.experiments.harness import (
+    check_dataset_settings,
+    check_keys,
+    read_config,
+    select_methods,
+)
+from fullcomp.model.dmax import DMaxProblem
+from fullcomp.run import Result
+
+#: Tag written into every run's summary.json, so tables() never mixes in other run folders.
+PROTOCOL = "pauc-fairness"
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pauc.json"
+FINAL_SEEDS = (2000, 2001, 2002)
+TUNING_SEEDS = (1000,)
+LAMBDA0 = 1e-3
+
+
+# ---------------------------------------------------------------------------------------------- methods
+
+
+@dataclass(frozen=True)
+class Method:
+    """One compared method: protocol name, the paper's label, whether it uses the adversary, the
+    settings keys it reads, and how they map to the solver."""
+
+    name: str
+    label: str
+    fair: bool
+    keys: tuple[str, ...]
+    run: Callable[..., Result]
+
+
+def _sopa(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
+    return sopa(problem, eta=s["eta"], eta_s=s["eta_s"], s_key="u", **kw)
+
+
+def _smag(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
+    return smag(problem, gamma=s["gamma"], eta0=s["eta0"], eta1=s["eta1"], **kw)
+
+
+def _sgda(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
+    return sgda(problem, eta_x=s["eta_x"], eta_y=s["eta_y"], **kw)
+
+
+def _epoch_gda(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
+    return epoch_gda(
+        problem, eta_x=s["eta_x"], eta_y=s["eta_y"], gamma=s["gamma"], epoch_iters=int(s["epoch_iters"]), **kw
+    )
+
+
+#: The five methods in the paper's table order (Table 3).
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("sopa", "SOPA", False, ("eta", "eta_s"), _sopa),
+        Method("smag-star", "SMAG*", False, ("gamma", "eta0", "eta1"), _smag),
+        Method("sgda", "SGDA", True, ("alpha", "eta_x", "eta_y"), _sgda),
+        Method("epoch-gda", "EGDA", True, ("alpha", "eta_x", "eta_y", "gamma", "epoch_iters"), _epoch_gda),
+        Method("smag", "SMAG", True, ("alpha", "gamma", "eta0", "eta1"), _smag),
+    )
+}
+
+#: Searched settings: the paper's Section 5.2 grids (alpha in {0.1, 0.2, 0.5}, adversary steps in
+#: {0.1, 0.01, 0.001}, Epoch-GDA's gamma and inner loop), with step sizes moved up to {1, 0.3, 0.1}: this
+#: small MLP trains for 3 epochs and a first selection chose the largest steps of {0.3, 0.1, 0.03}.
+#: SMAG's gamma and eta0 are searched as eta1 / gamma (how far x_phi is pulled toward x per step) and
+#: eta0 / gamma (how far x moves toward x_phi), so that eta1 <= gamma / 2 (SMAG's step condition) holds;
+#: eta0 / gamma = 1 would be SGDA.  SMAG's adversary steps with eta1 (Algorithm 3 has one step size).
+DEFAULT_GRIDS: dict[str, dict[str, list]] = {
+    "sopa": {"eta": [1.0, 0.3, 0.1, 0.03], "eta_s": [1.0, 0.1, 0.01]},
+    "smag-star": {"eta1": [1.0, 0.3, 0.1], "eta1_over_gamma": [0.5, 0.1, 0.02], "eta0_over_gamma": [0.5, 0.1]},
+    "sgda": {"alpha": [0.1, 0.2, 0.5], "eta_x": [1.0, 0.3, 0.1], "eta_y": [0.1, 0.01, 0.001]},
+    "epoch-gda": {
+        "alpha": [0.1, 0.2, 0.5],
+        "eta_x": [1.0, 0.3],
+        "eta_y": [0.1, 0.01],
+        "gamma": [0.1, 0.01],
+        "epoch_iters": [5, 15],
+    },
+    "smag": {
+        "alpha": [0.1, 0.2, 0.5],
+        "eta1": [1.0, 0.3, 0.1],
+        "eta1_over_gamma": [0.5, 0.1, 0.02],
+        "eta0_over_gamma": [0.5, 0.1],
+    },
+}
+
+
+def grid_settings(method: str, point: dict[str, Any]) -> dict[str, Any]:
+    """Absolute settings of ``method`` from a grid point (SMAG's ratios turned into gamma and eta0)."""
+    point = dict(point)
+    if "eta1_over_gamma" in point:
+        # 12 significant digits: 0.3 / 0.1 is 2.9999999999999996 in binary floating point
+        gamma = float(f"{point['eta1'] / point.pop('eta1_over_gamma'):.12g}")
+        point["gamma"] = gamma
+        point["eta0"] = float(f"{point.pop('eta0_over_gamma') * gamma:.12g}")
+    return check_settings(method, point)
+
+
+def method_names(methods: str | Iterable[str] | None) -> list[str]:
+    """Validated method names in the paper's order (None: all five); a comma-separated string is accepted."""
+    return select_methods(methods, METHODS)
+
+
+def check_settings(method: str, settings: Any) -> dict[str, Any]:
+    """The settings of ``method`` holding exactly the keys it reads, as numbers."""
+    keys = check_keys(method, settings, METHODS)
+    out = {}
+    for k in keys:
+        v = settings[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise OptionError(f"setting {k} of {method} must be a positive number, got {v!r}")
+        out[k] = int(v) if k == "epoch_iters" else float(v)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- data
+
+DATASETS = {"adult": adult, "german-credit": german_credit}
+
+
+def dataset_name(data_dir: str | os.PathLike) -> str:
+    """``"adult"`` or ``"german-credit"`` from the files in ``data_dir``."""
+    folder = Path(data_dir)
+    if (folder / "adult.data").is_file():
+        return "adult"
+    if (folder / "german.data").is_file() or (folder.is_file() and folder.name == "german.data"):
+        return "german-credit"
+    raise DataError(
+        f"{folder} holds neither adult.data/adult.test (UCI Adult) nor german.data (German credit); "
+        "pass one of those folders"
+    )
+
+
+def load(data_dir: str | os.PathLike) -> TabularData:
+    """The data set in ``data_dir`` (see :func:`dataset_name`)."""
+    return DATASETS[dataset_name(data_dir)](data_dir)
+
+
+# ------------------------------------------------------------------------------------------------- runs
+
+
+@dataclass
+class Workload:
+    """Iterations per run and the mini-batch sizes (the same for every method); not a time budget."""
+
+    iters: int
+    batch_pos: int = 64
+    batch_neg: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("iters", "batch_pos", "batch_neg"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise OptionError(f"{name} must be a positive int, got {v!r}")
+
+
+#: Iterations and batch sizes per data set: Adult about 3 epochs of 128-row batches (the paper's 3 epochs),
+#: German credit (800 training rows) about 20 epochs of 64-row batches.
+DEFAULT_BUDGETS = {"adult": Workload(700), "german-credit": Workload(250, 32, 32)}
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def load_config(config: str | os.PathLike | dict | None = None) -> dict[str, Any]:
+    """The frozen settings: a JSON path, a dict, or None (the committed ``configs/pauc.json``).
+
+    Layout: ``{"settings": {dataset: {method: {...}}}, "budgets": {dataset: {...}}, ...provenance}``.
+    """
+    data, origin = read_config(config, DEFAULT_CONFIG, "write one with select_settings (--select)")
+    return check_dataset_settings(data, origin, check_settings)

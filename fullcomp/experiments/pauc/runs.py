@@ -1,0 +1,256 @@
+"""Runs of the pAUC-fairness protocol: one method and seed, settings selection, and the bench."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fullcomp.datasets.tabular import TabularData
+from fullcomp.errors import FullcompError, OptionError
+from fullcomp.experiments.harness import (
+    check_seeds,
+    emit,
+)
+from fullcomp.experiments.pauc.config import (
+    DEFAULT_BUDGETS,
+    DEFAULT_GRIDS,
+    FINAL_SEEDS,
+    LAMBDA0,
+    METHODS,
+    PROTOCOL,
+    TUNING_SEEDS,
+    Workload,
+    check_settings,
+    grid_settings,
+    load,
+    load_config,
+    method_names,
+)
+from fullcomp.experiments.pauc.problem import MARGIN, RHO, THRESHOLD, pauc_problem, scores
+from fullcomp.metrics import fairness_report
+from fullcomp.run import Result, write_atomic
+
+
+def evaluate(model: nn.Module, data: TabularData, splits: Sequence[str] = ("val", "test")) -> dict[str, float]:
+    """Metrics of :func:`fullcomp.metrics.fairness_report` on each split, keys prefixed ``val_``, ``test_``."""
+    out = {}
+    for name in splits:
+        split = data.splits()[name]
+        report = fairness_report(split.y, scores(model, split.X), split.a, max_fpr=RHO, threshold=THRESHOLD)
+        out.update({f"{name}_{k}": v for k, v in report.items()})
+    return out
+
+
+def run_method(
+    method: str,
+    data: TabularData,
+    settings: dict[str, Any],
+    seed: int,
+    budget: Workload,
+    *,
+    eval_every: int | None = 50,
+    splits: Sequence[str] = ("val", "test"),
+    progress: bool = False,
+) -> Result:
+    """One protocol run of ``method`` from the same initial weights (``init_seed`` 0) with sampler seed ``seed``.
+
+    The validation (and test) metrics are recorded every ``eval_every``
+    iterations and at the end, outside optimizer time; ``result.info`` gains
+    the protocol fields that :func:`tables` reads.
+    """
+    spec = METHODS[method]
+    settings = check_settings(method, settings)
+    alpha = settings.get("alpha", 0.0) if spec.fair else 0.0
+    declared = pauc_problem(
+        data.train.X, data.train.y, data.train.a, alpha=alpha, batch_pos=budget.batch_pos, batch_neg=budget.batch_neg
+    )
+
+    def callback(iterate: Any) -> dict:
+        return evaluate(iterate.x, data, splits)
+
+    wall = time.perf_counter()
+    result = spec.run(
+        declared.problem,
+        settings,
+        iters=budget.iters,
+        seed=seed,
+        callback=callback,
+        eval_every=eval_every or 10**9,
+        progress=progress,
+    )
+    wall = time.perf_counter() - wall
+    for row in result.history.rows:  # `fullcomp report` reads objective_estimate as every run's objective
+        row.setdefault("objective_estimate", row.get("phi_value", math.nan))
+    final = result.history[-1]
+    result.info.update(
+        protocol=PROTOCOL,
+        method=method,
+        label=spec.label,
+        dataset=data.name,
+        seed=seed,
+        settings=settings,
+        alpha=alpha,
+        rho=RHO,
+        margin=MARGIN,
+        lambda0=LAMBDA0,
+        threshold=THRESHOLD,
+        iters=budget.iters,
+        batch_pos=budget.batch_pos,
+        batch_neg=budget.batch_neg,
+        wall_seconds=wall,
+        metrics={k: final[k] for k in final if k.startswith(("val_", "test_"))},
+        torch_threads=torch.get_num_threads(),
+    )
+    return result
+
+
+def select_settings(
+    data: TabularData,
+    methods: str | Iterable[str] | None = None,
+    *,
+    grids: dict[str, dict[str, list]] | None = None,
+    seeds: Iterable[int] | str = TUNING_SEEDS,
+    budget: Workload | None = None,
+    config_path: str | os.PathLike | None = None,
+    base_config: str | os.PathLike | dict | None = None,
+    pauc_tolerance: float = 0.01,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Choose each method's settings on the *validation* split and freeze them (test data is never scored).
+
+    Every point of ``grids[method]`` (default :data:`DEFAULT_GRIDS`) runs on each
+    tuning seed (default 1000) with the protocol budget and is scored by its
+    mean validation pAUC and EOD.  The paper's goal is the highest pAUC with the
+    lowest disparities, so pAUC comes first: among the candidates whose
+    validation pAUC is within ``pauc_tolerance`` (default 0.01) of the method's
+    best, the lowest validation EOD wins (grid order breaks ties).  A plain
+    difference pAUC - EOD would reward degenerate models that predict one class
+    for everybody (EOD 0 at the 0.5 threshold).  A run that fails scores pAUC
+    -inf.  The result updates ``base_config`` (None: the committed one when it
+    exists) for this data set and is written to ``config_path`` (None: not written).
+    """
+    names, seed_list = method_names(methods), check_seeds(seeds)
+    grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
+    budget = budget or DEFAULT_BUDGETS.get(data.name, Workload(500))
+    try:
+        cfg = load_config(base_config)
+    except OptionError:
+        if base_config is not None:
+            raise
+        cfg = {"settings": {}}
+    cfg.setdefault("settings", {}).setdefault(data.name, {})
+    record: dict[str, Any] = {}
+    started = time.perf_counter()
+    for name in names:
+        if name not in grids:
+            raise OptionError(f"no grid for {name}; give grids[{name!r}] = {{setting: [values]}}")
+        keys = list(grids[name])
+        tried = []
+        for values in itertools.product(*(grids[name][k] for k in keys)):
+            point = dict(zip(keys, values))
+            settings = grid_settings(name, point)
+            paucs, eods = [], []
+            for seed in seed_list:
+                try:
+                    result = run_method(name, data, settings, seed, budget, eval_every=None, splits=("val",))
+                    last = result.history[-1]
+                    pauc, eod = float(last["val_pauc"]), float(last["val_eod"])
+                except (FullcompError, KeyError):
+                    pauc, eod = -math.inf, math.inf
+                paucs.append(pauc if math.isfinite(pauc) else -math.inf)
+                eods.append(eod if math.isfinite(eod) else math.inf)
+            entry = {"grid": point, "settings": settings, "val_pauc": float(np.mean(paucs))}
+            entry["val_eod"] = float(np.mean(eods))
+            tried.append(entry)
+            emit(
+                log, f"select {data.name}/{name} {point}: val pAUC {entry['val_pauc']:.4f}, EOD {entry['val_eod']:.4f}"
+            )
+        top = max(t["val_pauc"] for t in tried)
+        near = [t for t in tried if t["val_pauc"] >= top - pauc_tolerance]
+        best = min(near, key=lambda t: t["val_eod"])  # first of equals: grid order breaks ties
+        cfg["settings"][data.name][name] = best["settings"]
+        edge = [
+            k
+            for k, v in best["grid"].items()
+            if len(grids[name][k]) > 1 and v in (grids[name][k][0], grids[name][k][-1])
+        ]
+        record[name] = {"chosen": best["grid"], "at_grid_edge": edge, "candidates": tried}
+    cfg.setdefault("budgets", {})[data.name] = {
+        "iters": budget.iters,
+        "batch_pos": budget.batch_pos,
+        "batch_neg": budget.batch_neg,
+    }
+    cfg.setdefault("selection", {})[data.name] = {
+        "criterion": "lowest mean validation EOD among the candidates whose mean validation pAUC (normalized, "
+        f"FPR <= 0.3) is within {pauc_tolerance} of the method's best",
+        "pauc_tolerance": pauc_tolerance,
+        "tuning_seeds": seed_list,
+        "grids": {n: grids[n] for n in names},
+        "methods": record,
+        "seconds": time.perf_counter() - started,
+        "selected_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    cfg["about"] = "Frozen pAUC-fairness settings (fullcomp.experiments.pauc), chosen on validation by select_settings."
+    if config_path is not None:
+        write_atomic(config_path, json.dumps(cfg, indent=2) + "\n")
+    return cfg
+
+
+def bench_pauc(
+    data_dir: str | os.PathLike,
+    seeds: Iterable[int] | str = FINAL_SEEDS,
+    methods: str | Iterable[str] | None = None,
+    out_dir: str | os.PathLike = "runs/pauc",
+    *,
+    config: str | os.PathLike | dict | None = None,
+    iters: int | None = None,
+    eval_every: int = 50,
+    data: TabularData | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Run every (method, seed) with the frozen settings and save ``out_dir/<dataset>/<method>/seed<k>/``.
+
+    ``iters`` overrides the configuration's iterations per run (smoke tests);
+    ``eval_every`` (default 50) is the iterations between validation/test
+    evaluations (outside optimizer time).  Returns the run folders.
+    """
+    data = data if data is not None else load(data_dir)
+    names, seed_list = method_names(methods), check_seeds(seeds)
+    cfg = load_config(config)
+    if data.name not in cfg["settings"]:
+        raise OptionError(f"the configuration has no settings for {data.name}; run the selection first (--select)")
+    b = cfg.get("budgets", {}).get(data.name)
+    budget = Workload(**b) if b else DEFAULT_BUDGETS.get(data.name, Workload(500))
+    if iters is not None:
+        budget = Workload(int(iters), budget.batch_pos, budget.batch_neg)
+    folders = []
+    for name in names:
+        if name not in cfg["settings"][data.name]:
+            raise OptionError(f"the configuration has no settings for {name} on {data.name}; run the selection")
+        for seed in seed_list:
+            result = run_method(
+                name, data, cfg["settings"][data.name][name], seed, budget, eval_every=eval_every, progress=progress
+            )
+            folder = Path(out_dir) / data.name / name / f"seed{seed}"
+            result.save(folder)
+            folders.append(folder)
+            m = result.info["metrics"]
+            emit(
+                log,
+                f"{data.name}/{name}/seed{seed}: {budget.iters} iterations, {result.info['wall_seconds']:.1f} s wall, "
+                f"test pAUC {m['test_pauc']:.4f} EOD {m['test_eod']:.4f} EOP {m['test_eop']:.4f} DP {m['test_dp']:.4f}",
+            )
+    return folders
