@@ -18,8 +18,8 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +214,33 @@ __all__ = [
     "add_no_progress",
     "write_report",
 ]
+
+
+@dataclass(frozen=True)
+class ProtocolMethod:
+    """One compared method of a protocol: its name there, the paper's label, the library's entry point,
+    the options the protocol fixes, and the settings keys it reads from the configuration.
+
+    Settings are passed to the solver under their own names, except ``protocol_keys``, which the
+    protocol uses itself (the pAUC adversary's weight alpha builds the problem); ``tags`` mark
+    families a protocol treats apart (MovieLens draws its fixed-budget variants dashed).
+    """
+
+    name: str
+    label: str
+    solver: Callable[..., Any]
+    keys: tuple[str, ...]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    protocol_keys: tuple[str, ...] = ()
+    tags: frozenset[str] = frozenset()
+
+    def options(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The solver's options for ``settings``: the fixed ones, then every key it reads."""
+        return {**self.fixed, **{k: settings[k] for k in self.keys if k not in self.protocol_keys}}
+
+    def run(self, problem: Any, settings: Mapping[str, Any], **run_options: Any) -> Any:
+        """The solver on ``problem`` with these settings and the run's shared options (budget, seed, ...)."""
+        return self.solver(problem, **self.options(settings), **run_options)
 
 
 def select_methods(methods: str | Iterable[str] | None, registry: Iterable[str]) -> list[str]:

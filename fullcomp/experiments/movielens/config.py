@@ -6,7 +6,7 @@ import copy
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,12 +20,12 @@ from fullcomp.datasets.ratings import RatingData
 from fullcomp.errors import OptionError
 from fullcomp.experiments.completion import OBJECTIVES
 from fullcomp.experiments.harness import (
+    ProtocolMethod,
     check_keys,
     read_config,
     select_methods,
 )
-from fullcomp.model.composite import CompositeProblem
-from fullcomp.run import Result, write_atomic
+from fullcomp.run import write_atomic
 
 #: The committed, frozen method settings and radius scales.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "movielens.json"
@@ -41,75 +41,38 @@ PROTOCOL = "movielens"
 # ---------------------------------------------------------------------------------------------- methods
 
 
-@dataclass(frozen=True)
-class Method:
-    """One compared method: its protocol name, the paper's label, the solver, the options it fixes and the
-    settings keys it reads from the configuration (passed to the solver under the same names)."""
-
-    name: str
-    label: str
-    solver: Callable[..., Result]
-    fixed: dict[str, Any]
-    keys: tuple[str, ...]
-    fixed_budget: bool = False
-
-    def run(
-        self,
-        problem: CompositeProblem,
-        settings: dict[str, Any],
-        seed: int,
-        seconds: float | None,
-        callback: Callable | None,
-        *,
-        iters: int | None = None,
-        eval_every: int | None = None,
-        progress: bool = False,
-    ) -> Result:
-        """Run the solver with the fixed options and the settings it reads, under the protocol's budget."""
-        options = {**self.fixed, **{key: settings[key] for key in self.keys}}
-        return self.solver(
-            problem,
-            iters=iters,
-            seconds=seconds,
-            seed=seed,
-            callback=callback,
-            eval_every=eval_every,
-            progress=progress,
-            **options,
-        )
-
-
 # Fixed-budget HMSFW: glmo_tol=None with max_pricing set, so only the cap on pricing calls stops the GLMO.
 _FB = {"glmo_tol": None}
+FB = frozenset({"fixed-budget"})
 
 #: The nine methods in the paper's table order.
-METHODS: dict[str, Method] = {
+METHODS: dict[str, ProtocolMethod] = {
     m.name: m
     for m in (
-        Method("hmsfw-i", "HMSFW I", hmsfw, {"variant": "polyak"}, ("pool",)),
-        Method(
+        ProtocolMethod("hmsfw-i", "HMSFW I", hmsfw, ("pool",), {"variant": "polyak"}),
+        ProtocolMethod(
             "hmsfw-i-fb",
             "HMSFW I FB",
             hmsfw,
-            {"variant": "polyak", **_FB},
             ("max_pricing", "pool"),
-            True,
+            {"variant": "polyak", **_FB},
+            tags=FB,
         ),
-        Method("hmsfw-ii", "HMSFW II", hmsfw, {"variant": "taylor"}, ("pool",)),
-        Method(
+        ProtocolMethod("hmsfw-ii", "HMSFW II", hmsfw, ("pool",), {"variant": "taylor"}),
+        ProtocolMethod(
             "hmsfw-ii-fb",
             "HMSFW II FB",
             hmsfw,
-            {"variant": "taylor", **_FB},
             ("max_pricing", "pool"),
-            True,
+            {"variant": "taylor", **_FB},
+            tags=FB,
         ),
-        Method("scfw", "Vanilla SCFW", scfw, {}, ("pool",)),
-        Method("clipped-scfw", "Clipped SCFW", scfw, {}, ("clip", "pool")),
-        Method("psg", "PSG", psg, {"step": "constant"}, ("eta",)),
-        Method("prox-linear", "Prox-linear", prox_linear, {}, ("M", "inner_iters")),
-        Method(
-            "linasa-icg", "LiNASA+ICG", linasa_icg, {}, ("mu", "beta", "horizon", "delta", "smoothing", "icg_steps")
+        ProtocolMethod("scfw", "Vanilla SCFW", scfw, ("pool",)),
+        ProtocolMethod("clipped-scfw", "Clipped SCFW", scfw, ("clip", "pool")),
+        ProtocolMethod("psg", "PSG", psg, ("eta",), {"step": "constant"}),
+        ProtocolMethod("prox-linear", "Prox-linear", prox_linear, ("M", "inner_iters")),
+        ProtocolMethod(
+            "linasa-icg", "LiNASA+ICG", linasa_icg, ("mu", "beta", "horizon", "delta", "smoothing", "icg_steps")
         ),
     )
 }

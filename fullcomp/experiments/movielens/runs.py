@@ -72,9 +72,9 @@ def run_method(
             result = spec.run(
                 completion.problem,
                 settings,
-                seed,
-                seconds,
-                completion.evaluate,
+                seed=seed,
+                seconds=seconds,
+                callback=completion.evaluate,
                 iters=iters,
                 eval_every=eval_every,
                 progress=progress,

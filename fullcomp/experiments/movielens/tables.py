@@ -206,7 +206,7 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
                 grid, mean, sd = curve
                 spec = METHODS.get(method)
                 label = f"{spec.label if spec else method} ({len(runs)} seeds)"
-                style = "--" if spec is not None and spec.fixed_budget else "-"
+                style = "--" if spec is not None and "fixed-budget" in spec.tags else "-"
                 ax.plot(grid, mean, style, color=colors.get(method), label=label, linewidth=1.4)
                 if np.isfinite(sd).any():
                     ax.fill_between(grid, mean - sd, mean + sd, color=colors.get(method), alpha=0.18, linewidth=0)

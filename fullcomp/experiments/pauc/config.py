@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,13 +16,12 @@ from fullcomp.algorithms.smag import smag
 from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, OptionError
 from fullcomp.experiments.harness import (
+    ProtocolMethod,
     check_dataset_settings,
     check_keys,
     read_config,
     select_methods,
 )
-from fullcomp.model.dmax import DMaxProblem
-from fullcomp.run import Result
 
 #: Tag written into every run's summary.json, so tables() never mixes in other run folders.
 PROTOCOL = "pauc-fairness"
@@ -35,45 +34,24 @@ LAMBDA0 = 1e-3
 # ---------------------------------------------------------------------------------------------- methods
 
 
-@dataclass(frozen=True)
-class Method:
-    """One compared method: protocol name, the paper's label, whether it uses the adversary, the
-    settings keys it reads, and how they map to the solver."""
-
-    name: str
-    label: str
-    fair: bool
-    keys: tuple[str, ...]
-    run: Callable[..., Result]
-
-
-def _sopa(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
-    return sopa(problem, eta=s["eta"], eta_s=s["eta_s"], s_key="u", **kw)
-
-
-def _smag(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
-    return smag(problem, gamma=s["gamma"], eta0=s["eta0"], eta1=s["eta1"], **kw)
-
-
-def _sgda(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
-    return sgda(problem, eta_x=s["eta_x"], eta_y=s["eta_y"], **kw)
-
-
-def _epoch_gda(problem: DMaxProblem, s: dict, **kw: Any) -> Result:
-    return epoch_gda(
-        problem, eta_x=s["eta_x"], eta_y=s["eta_y"], gamma=s["gamma"], epoch_iters=int(s["epoch_iters"]), **kw
-    )
-
+#: The adversary's weight: the protocol builds the problem with it; methods without it play no adversary.
+ADVERSARY = ("alpha",)
 
 #: The five methods in the paper's table order (Table 3).
-METHODS: dict[str, Method] = {
+METHODS: dict[str, ProtocolMethod] = {
     m.name: m
     for m in (
-        Method("sopa", "SOPA", False, ("eta", "eta_s"), _sopa),
-        Method("smag-star", "SMAG*", False, ("gamma", "eta0", "eta1"), _smag),
-        Method("sgda", "SGDA", True, ("alpha", "eta_x", "eta_y"), _sgda),
-        Method("epoch-gda", "EGDA", True, ("alpha", "eta_x", "eta_y", "gamma", "epoch_iters"), _epoch_gda),
-        Method("smag", "SMAG", True, ("alpha", "gamma", "eta0", "eta1"), _smag),
+        ProtocolMethod("sopa", "SOPA", sopa, ("eta", "eta_s"), {"s_key": "u"}),
+        ProtocolMethod("smag-star", "SMAG*", smag, ("gamma", "eta0", "eta1")),
+        ProtocolMethod("sgda", "SGDA", sgda, ("alpha", "eta_x", "eta_y"), protocol_keys=ADVERSARY),
+        ProtocolMethod(
+            "epoch-gda",
+            "EGDA",
+            epoch_gda,
+            ("alpha", "eta_x", "eta_y", "gamma", "epoch_iters"),
+            protocol_keys=ADVERSARY,
+        ),
+        ProtocolMethod("smag", "SMAG", smag, ("alpha", "gamma", "eta0", "eta1"), protocol_keys=ADVERSARY),
     )
 }
 

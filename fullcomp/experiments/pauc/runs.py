@@ -71,7 +71,7 @@ def run_method(
     """
     spec = METHODS[method]
     settings = check_settings(method, settings)
-    alpha = settings.get("alpha", 0.0) if spec.fair else 0.0
+    alpha = settings["alpha"] if "alpha" in spec.protocol_keys else 0.0
     declared = pauc_problem(
         data.train.X, data.train.y, data.train.a, alpha=alpha, batch_pos=budget.batch_pos, batch_neg=budget.batch_neg
     )

@@ -17,6 +17,7 @@ from fullcomp.datasets.images import ImageData
 from fullcomp.datasets.pu import PUData, pu_split
 from fullcomp.errors import DataError, OptionError
 from fullcomp.experiments.harness import (
+    ProtocolMethod,
     check_dataset_settings,
     check_keys,
     read_config,
@@ -141,28 +142,15 @@ def smag_run(
     return Result(res.x_phi, res.history, {**res.info, "output": "x_phi"}, x_t=res.x, x_psi=res.x_psi)
 
 
-@dataclass(frozen=True)
-class Method:
-    """A compared method: protocol name, the paper's label, the solver and the settings keys it reads."""
-
-    name: str
-    label: str
-    solver: Callable[..., Result]
-    keys: tuple[str, ...]
-
-    def run(self, problem: DMaxProblem, settings: dict[str, Any], **options: Any) -> Result:
-        return self.solver(problem, **{k: settings[k] for k in self.keys}, **options)
-
-
-METHODS: dict[str, Method] = {
+METHODS: dict[str, ProtocolMethod] = {
     m.name: m
     for m in (
-        Method("sgd", "SGD", dc_sgd, ("eta",)),
-        Method("sdca", "SDCA", sdca, ("eta", "outer", "inner_iters")),
-        Method("ssdc-spg", "SSDC-SPG", ssdc_spg, ("eta", "gamma", "inner_iters")),
-        Method("ssdc-adagrad", "SSDC-Adagrad", ssdc_adagrad, ("eta", "gamma", "inner_iters")),
-        Method("sbcd", "SBCD", sbcd, ("eta", "mu", "inner_iters", "outer")),
-        Method("smag", "SMAG", smag_run, ("eta1", "eta0", "gamma")),
+        ProtocolMethod("sgd", "SGD", dc_sgd, ("eta",)),
+        ProtocolMethod("sdca", "SDCA", sdca, ("eta", "outer", "inner_iters")),
+        ProtocolMethod("ssdc-spg", "SSDC-SPG", ssdc_spg, ("eta", "gamma", "inner_iters")),
+        ProtocolMethod("ssdc-adagrad", "SSDC-Adagrad", ssdc_adagrad, ("eta", "gamma", "inner_iters")),
+        ProtocolMethod("sbcd", "SBCD", sbcd, ("eta", "mu", "inner_iters", "outer")),
+        ProtocolMethod("smag", "SMAG", smag_run, ("eta1", "eta0", "gamma")),
     )
 }
 
