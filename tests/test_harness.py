@@ -147,3 +147,44 @@ def test_pauc_tables_unchanged(tmp_path: Path, capsys) -> None:
     assert cli.main([*argv, "--seeds", "1,2", "--iters", "12", "--eval-every", "6", "--no-progress"]) == 0
     assert "tables.md" in capsys.readouterr().out
     check_tables(out, ["tables.csv", "tables.md"], "pauc")
+
+
+# ---- tuning searches shared by the three protocols
+
+
+def test_grid_search_visits_the_product_in_order_and_coordinate_search_its_axes() -> None:
+    from fullcomp.experiments.harness import coordinate_search, grid_search
+
+    grid = {"a": [1, 2], "b": [10, 20, 30]}
+    seen: list[dict] = []
+    grid_search(grid, lambda p: seen.append(p) or 0.0)
+    assert seen == [{"a": a, "b": b} for a in (1, 2) for b in (10, 20, 30)]
+    seen.clear()
+    # f = (a - 2)^2 + (b - 10)^2 is separable: one sweep from the middle (a=2, b=20) finds (2, 10).
+    coordinate_search(grid, lambda p: seen.append(p) or (p["a"] - 2) ** 2 + (p["b"] - 10) ** 2, sweeps=1)
+    assert seen[-1] == {"a": 2, "b": 30} and {"a": 2, "b": 10} in seen and len(seen) == 5
+
+
+def test_resolve_search_names_and_callables() -> None:
+    from fullcomp.errors import OptionError
+    from fullcomp.experiments.harness import grid_search, resolve_search
+
+    assert resolve_search("grid") is grid_search
+    custom = lambda grid, score: None  # noqa: E731
+    assert resolve_search(custom) is custom
+    with pytest.raises(OptionError, match="search must be 'grid'"):
+        resolve_search("random")
+
+
+def test_a_protocol_tunes_with_a_search_of_the_users(tmp_path: Path) -> None:
+    """The PU tuner takes any search(grid, score): here one that tries the last value of each axis only."""
+    calls = []
+
+    def last_point(grid: dict, score) -> None:
+        calls.append(score({k: v[-1] for k, v in grid.items()}))
+
+    grids = {"sgd": {"eta": [10.0, 0.001, 0.1]}}
+    config = pu.tune_pu(None, "digits", "sgd", [7], grids=grids, config_path=None, iters=8, search=last_point)
+    tried = config["tuning"]["digits"]["methods"]["sgd"]["candidates"]
+    assert len(calls) == 1 and [c["settings"] for c in tried] == [{"eta": 0.1}]
+    assert config["settings"]["digits"]["sgd"] == {"eta": 0.1}

@@ -44,7 +44,7 @@ from fullcomp.experiments.movielens.tables import COLUMNS, ProtocolRun, common_c
 from fullcomp.experiments.movielens.tuning import (
     DEFAULT_GRIDS,
     RELATIVE,
-    candidates,
+    absolute_settings,
     choose_radius_scale,
     reference_scales,
     tune_movielens,
@@ -67,7 +67,7 @@ __all__ = [
     "ProtocolRun",
     "add_arguments",
     "bench_movielens",
-    "candidates",
+    "absolute_settings",
     "check_seeds",
     "check_settings",
     "choose_radius_scale",

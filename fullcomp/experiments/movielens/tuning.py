@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 import os
 import time
@@ -18,8 +17,11 @@ from fullcomp.datasets.ratings import RatingData
 from fullcomp.errors import FullcompError, OptionError
 from fullcomp.experiments.completion import Completion, completion_problem
 from fullcomp.experiments.harness import (
+    Search,
     check_seeds,
     emit,
+    grid_edges,
+    resolve_search,
 )
 from fullcomp.experiments.movielens.config import (
     BATCH,
@@ -86,15 +88,9 @@ DEFAULT_GRIDS: dict[str, dict[str, list]] = {
 }
 
 
-def candidates(grid: dict[str, list], refs: dict[str, float]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(absolute settings, grid values) for every point of a grid, relative parameters scaled by ``refs``."""
-    keys = list(grid)
-    out = []
-    for values in itertools.product(*(grid[k] for k in keys)):
-        point = dict(zip(keys, values))
-        absolute = {k: (float(v) * refs[RELATIVE[k]] if k in RELATIVE else v) for k, v in point.items()}
-        out.append((absolute, point))
-    return out
+def absolute_settings(point: dict[str, Any], refs: dict[str, float]) -> dict[str, Any]:
+    """A grid point's settings, relative parameters (:data:`RELATIVE`) scaled by their reference in ``refs``."""
+    return {k: (float(v) * refs[RELATIVE[k]] if k in RELATIVE else v) for k, v in point.items()}
 
 
 def _final(
@@ -161,6 +157,7 @@ def tune_movielens(
     methods: str | Iterable[str] | None = None,
     *,
     grids: dict[str, dict[str, list]] | None = None,
+    search: str | Search = "grid",
     config_path: str | os.PathLike | None = DEFAULT_CONFIG,
     base_config: str | os.PathLike | dict | ProtocolConfig | None = None,
     radius_scale: float | None = None,
@@ -182,7 +179,8 @@ def tune_movielens(
     ``radius_scale`` or the base configuration's; then, for every method with a
     grid (default :data:`DEFAULT_GRIDS`; relative parameters scaled by
     :func:`reference_scales`), run each candidate on every tuning seed and keep
-    the one with the lowest mean final training objective.  Methods without a
+    the one with the lowest mean final training objective.  ``search`` picks the points tried
+    (:func:`~fullcomp.experiments.harness.resolve_search`: "grid", the whole product, by default).  Methods without a
     grid keep the base configuration's settings.  Test data is never read.
 
     ``radius_budget_seconds`` is the budget of the radius-selection runs (default
@@ -236,9 +234,20 @@ def tune_movielens(
         for name in names:
             if name not in grids:
                 continue
-            tried = []
-            for absolute, point in candidates(grids[name], refs):
-                settings = {**cfg.settings_for(obj, name), **absolute}
+            tried: list[dict[str, Any]] = []
+
+            def score(
+                point: dict,
+                name: str = name,
+                tried: list = tried,
+                obj: str = obj,
+                refs: dict = refs,
+                completion=completion,
+            ) -> float:
+                for entry in tried:  # a search may revisit a point
+                    if entry["grid"] == point:
+                        return entry["mean"]
+                settings = {**cfg.settings_for(obj, name), **absolute_settings(point, refs)}
                 scores = _final(
                     name, completion, settings, seed_list, budget_seconds, iters, "train_objective", progress
                 )
@@ -246,14 +255,13 @@ def tune_movielens(
                     {"grid": point, "settings": settings, "train_objective": scores, "mean": float(np.mean(scores))}
                 )
                 emit(log, f"tune {obj}/{name} {point}: mean final training objective {tried[-1]['mean']:.5f}")
-            best = min(tried, key=lambda t: t["mean"])  # first of equals: the grid's order breaks ties
+                return tried[-1]["mean"]
+
+            resolve_search(search)(grids[name], score)
+            best = min(tried, key=lambda t: t["mean"])  # first of equals: the search's order breaks ties
             cfg.settings[obj][name] = check_settings(name, best["settings"])
             # A choice at the end of its grid suggests extending the grid (the paper did so for several methods).
-            edge = [
-                k
-                for k, v in best["grid"].items()
-                if len(grids[name][k]) > 1 and v in (grids[name][k][0], grids[name][k][-1])
-            ]
+            edge = grid_edges(grids[name], best["grid"])
             entry["methods"][name] = {"chosen": best["grid"], "at_grid_edge": edge, "candidates": tried}
             if edge:
                 emit(log, f"tune {obj}/{name}: chosen {', '.join(edge)} at the edge of the grid; consider extending it")

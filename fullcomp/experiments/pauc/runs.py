@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import math
 import os
@@ -19,8 +18,11 @@ from torch import nn
 from fullcomp.datasets.tabular import TabularData
 from fullcomp.errors import FullcompError, OptionError
 from fullcomp.experiments.harness import (
+    Search,
     check_seeds,
     emit,
+    grid_edges,
+    resolve_search,
 )
 from fullcomp.experiments.pauc.config import (
     DEFAULT_BUDGETS,
@@ -120,6 +122,7 @@ def select_settings(
     methods: str | Iterable[str] | None = None,
     *,
     grids: dict[str, dict[str, list]] | None = None,
+    search: str | Search = "grid",
     seeds: Iterable[int] | str = TUNING_SEEDS,
     budget: Workload | None = None,
     config_path: str | os.PathLike | None = None,
@@ -130,7 +133,8 @@ def select_settings(
 ) -> dict[str, Any]:
     """Choose each method's settings on the *validation* split and freeze them (test data is never scored).
 
-    Every point of ``grids[method]`` (default :data:`DEFAULT_GRIDS`) runs on each
+    Every point of ``grids[method]`` (default :data:`DEFAULT_GRIDS`) that ``search`` visits
+    (:func:`~fullcomp.experiments.harness.resolve_search`; "grid", all of them, by default) runs on each
     tuning seed (default 1000) with the protocol budget and is scored by its
     mean validation pAUC and EOD.  The paper's goal is the highest pAUC with the
     lowest disparities, so pAUC comes first: among the candidates whose
@@ -156,10 +160,12 @@ def select_settings(
     for name in names:
         if name not in grids:
             raise OptionError(f"no grid for {name}; give grids[{name!r}] = {{setting: [values]}}")
-        keys = list(grids[name])
-        tried = []
-        for values in itertools.product(*(grids[name][k] for k in keys)):
-            point = dict(zip(keys, values))
+        tried: list[dict[str, Any]] = []
+
+        def score(point: dict, name: str = name, tried: list = tried) -> float:
+            for entry in tried:  # a search may revisit a point
+                if entry["grid"] == point:
+                    return -entry["val_pauc"]
             settings = grid_settings(name, point)
             paucs, eods = [], []
             for seed in seed_list:
@@ -177,15 +183,15 @@ def select_settings(
             emit(
                 log, f"select {data.name}/{name} {point}: val pAUC {entry['val_pauc']:.4f}, EOD {entry['val_eod']:.4f}"
             )
+            return -entry["val_pauc"]
+
+        # The search is led by pAUC; the choice below also weighs EOD among the points it tried.
+        resolve_search(search)(grids[name], score)
         top = max(t["val_pauc"] for t in tried)
         near = [t for t in tried if t["val_pauc"] >= top - pauc_tolerance]
         best = min(near, key=lambda t: t["val_eod"])  # first of equals: grid order breaks ties
         cfg["settings"][data.name][name] = best["settings"]
-        edge = [
-            k
-            for k, v in best["grid"].items()
-            if len(grids[name][k]) > 1 and v in (grids[name][k][0], grids[name][k][-1])
-        ]
+        edge = grid_edges(grids[name], best["grid"])
         record[name] = {"chosen": best["grid"], "at_grid_edge": edge, "candidates": tried}
     cfg.setdefault("budgets", {})[data.name] = {
         "iters": budget.iters,

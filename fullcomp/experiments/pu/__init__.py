@@ -45,7 +45,7 @@ from fullcomp.experiments.pu.config import (
 )
 from fullcomp.experiments.pu.runs import bench_pu, evaluator, gamma_ablation, run_method
 from fullcomp.experiments.pu.tables import BLOWN_UP, COLUMNS, PURun, epoch_curve, find_runs, plots, summarize, tables
-from fullcomp.experiments.pu.tuning import DEFAULT_GRIDS, candidate_points, tune_pu
+from fullcomp.experiments.pu.tuning import DEFAULT_GRIDS, tune_pu
 
 __all__ = [
     "BATCH",
@@ -70,7 +70,6 @@ __all__ = [
     "add_arguments",
     "batches_per_epoch",
     "bench_pu",
-    "candidate_points",
     "check_settings",
     "detect_dataset",
     "epoch_curve",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import math
 import os
@@ -15,10 +14,13 @@ from typing import Any
 import numpy as np
 
 from fullcomp.datasets.pu import PRIOR, RIDGE
-from fullcomp.errors import FullcompError, OptionError
+from fullcomp.errors import FullcompError
 from fullcomp.experiments.harness import (
+    Search,
     check_seeds,
     emit,
+    grid_edges,
+    resolve_search,
 )
 from fullcomp.experiments.pu.config import (
     BATCH,
@@ -49,27 +51,6 @@ DEFAULT_GRIDS: dict[str, dict[str, list]] = {
 # ----------------------------------------------------------------------------------------------- tuning
 
 
-def candidate_points(grid: dict[str, list], search: str, score: Callable[[dict], float], sweeps: int = 2) -> None:
-    """Call ``score(settings)`` on the points of ``grid`` that ``search`` visits.
-
-    ``"grid"``: the whole product.  ``"coordinate"``: start at every axis's middle value and, ``sweeps``
-    times, scan one axis at a time over all its values with the others at the best point so far (each
-    axis is searched in full, the product is not).  ``score`` caches, so a revisited point costs nothing.
-    """
-    if search == "grid":
-        for values in itertools.product(*grid.values()):
-            score(dict(zip(grid, values)))
-        return
-    if search != "coordinate":
-        raise OptionError(f"search must be 'grid' (the full product) or 'coordinate' (axis by axis), got {search!r}")
-    best = {k: v[len(v) // 2] for k, v in grid.items()}
-    for _ in range(sweeps):
-        for axis, values in grid.items():
-            points = [{**best, axis: v} for v in values]
-            scores = [score(p) for p in points]
-            best = points[int(np.argmin(scores))]
-
-
 def tune_pu(
     data_dir: str | os.PathLike | None = None,
     dataset: str | None = None,
@@ -77,7 +58,7 @@ def tune_pu(
     seeds: Iterable[int] | str = TUNING_SEEDS,
     *,
     grids: dict[str, dict[str, list]] | None = None,
-    search: str = "grid",
+    search: str | Search = "grid",
     sweeps: int = 2,
     config_path: str | os.PathLike | None = DEFAULT_CONFIG,
     epochs: int = EPOCHS,
@@ -91,9 +72,10 @@ def tune_pu(
 
     The points of each method's grid (default :data:`DEFAULT_GRIDS`, Section 5.1) that ``search``
     visits (default "grid": all of them; "coordinate": ``sweeps`` axis-by-axis sweeps, see
-    :func:`candidate_points`) run the full protocol on each seed (default 100, none of the final
-    trial seeds); a run that diverges scores +inf; ties go to the first point tried.  The selection
-    is merged into ``config_path`` (the other data sets' settings are kept) together with every
+    :func:`~fullcomp.experiments.harness.coordinate_search`; or a callable ``search(grid, score)``)
+    run the full protocol on each seed (default 100, none of the final trial seeds); a run that
+    diverges scores +inf; ties go to the first point tried.  The selection is merged into
+    ``config_path`` (the other data sets' settings are kept) together with every
     candidate's scores, and returned.
     """
     key, data = load_pu(dataset, data_dir)
@@ -128,9 +110,9 @@ def tune_pu(
             tried.append({"settings": settings, "train_objective": scores, "mean": float(np.mean(scores))})
             return tried[-1]["mean"]
 
-        candidate_points(grid, search, score, sweeps)
+        resolve_search(search, sweeps)(grid, score)
         best = min(tried, key=lambda t: t["mean"])
-        edge = [k for k, v in best["settings"].items() if len(grid[k]) > 1 and v in (grid[k][0], grid[k][-1])]
+        edge = grid_edges(grid, best["settings"])
         chosen[name] = best["settings"]
         record[name] = {"chosen": best["settings"], "at_grid_edge": edge, "candidates": tried}
         emit(
