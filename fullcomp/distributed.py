@@ -132,6 +132,48 @@ def mean(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(out)
 
 
+#: Above this share of nonzero columns, :func:`mean_columns` all-reduces the dense matrix instead.
+DENSE_SHARE = 0.25
+
+
+def mean_columns(matrix: torch.Tensor) -> torch.Tensor:
+    """The average over the ranks of an (n, m) matrix most of whose columns are zero, sending only the
+    columns some rank has nonzero, with their indices.
+
+    A minibatch Jacobian of a map that reads many entries (matrix completion: 800,000 ratings, 7,168 of
+    them in a batch) is such a matrix: the traffic is O(n * columns touched) instead of O(n m).  When the
+    ranks' nonzero columns are more than ``DENSE_SHARE`` of m, one dense all-reduce is cheaper and used.
+    The sum runs in rank order, so two ranks give the same bits as an all-reduce.
+    """
+    here = world()
+    if not here.parallel:
+        return matrix
+    import torch.distributed as dist
+
+    cols = torch.nonzero(matrix.ne(0).any(dim=0)).reshape(-1)
+    counts = [torch.zeros(1, dtype=torch.int64, device=matrix.device) for _ in range(here.size)]
+    _collective(dist.all_gather, counts, torch.tensor([cols.numel()], device=matrix.device))
+    counts = [int(c.item()) for c in counts]
+    traffic["calls"] += 1
+    traffic["bytes"] += 8 * here.size
+    if sum(counts) > DENSE_SHARE * matrix.shape[1]:
+        return mean(matrix)[0]
+    width = max(counts)
+    index = torch.zeros(width, dtype=torch.int64, device=matrix.device)
+    index[: cols.numel()] = cols
+    values = torch.zeros(matrix.shape[0], width, dtype=matrix.dtype, device=matrix.device)
+    values[:, : cols.numel()] = matrix[:, cols]
+    indices, columns = [torch.empty_like(index) for _ in counts], [torch.empty_like(values) for _ in counts]
+    _collective(dist.all_gather, indices, index)
+    _collective(dist.all_gather, columns, values)
+    traffic["calls"] += 2
+    traffic["bytes"] += (index.numel() * 8 + values.numel() * values.element_size()) * here.size
+    out = torch.zeros_like(matrix)
+    for idx, vals, count in zip(indices, columns, counts):
+        out.index_add_(1, idx[:count], vals[:, :count])
+    return out / here.size
+
+
 def agree(value: float, op: str = "max") -> float:
     """``value`` reduced over the ranks ("max" or "min"), so decisions such as a time budget are the same
     everywhere; ``value`` itself with one process."""

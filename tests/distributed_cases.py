@@ -120,7 +120,9 @@ def worker(case: str, out: str, extra: str) -> None:
     if case == "equivalence":
         for name, (build, options) in RUNS.items():
             method = name.split("-structured")[0]
+            before = dict(fc.distributed.traffic)
             found[name] = record(fc.solve(build(here.rank), method, iters=20, seed=SEED, progress=False, **options))
+            found[name]["bytes"] = fc.distributed.traffic["bytes"] - before["bytes"]
     elif case == "checkpoint":
         build, options = RUNS["hmsfw"]
         path = os.path.join(extra, "run.ckpt")

@@ -111,7 +111,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         # rebuilt from the atoms at the end.
         kept = problem.kept_entries
         track = Entries(kept.flat[len(reads) :], domain.shape)
-        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype)
+        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype, sparse_columns=True)
         y0 = problem.x0_at(kept)
     n_read = len(reads) if reads is not None else domain.size
     start_atom = None if reads is None else problem.start_atom()

@@ -49,8 +49,17 @@ class InnerOracle:
     trackers and GLMOs work on flat vectors whatever the shape of x.
     """
 
-    def __init__(self, inner: Callable, n: int, shape: tuple[int, ...], device: Any, dtype: torch.dtype):
+    def __init__(
+        self,
+        inner: Callable,
+        n: int,
+        shape: tuple[int, ...],
+        device: Any,
+        dtype: torch.dtype,
+        sparse_columns: bool = False,
+    ):
         self.inner, self.n, self.shape = inner, n, shape
+        self.sparse_columns = sparse_columns  # data-parallel: average only the columns a batch touched
         self.device, self.dtype = torch.device(device), dtype
 
         self._k = 0
@@ -85,7 +94,11 @@ class InnerOracle:
             check_inner_output(value, self.n, where)
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
         value, jac = value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1)
-        return distributed.mean(value, jac) if self._parallel else (value, jac)
+        if not self._parallel:
+            return value, jac
+        if self.sparse_columns:
+            return distributed.mean(value)[0], distributed.mean_columns(jac)
+        return distributed.mean(value, jac)
 
 
 #: Up to this many outputs the Jacobian's rows come from plain backward passes: for one or two rows this is
