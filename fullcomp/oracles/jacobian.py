@@ -15,7 +15,6 @@ from torch.func import jacrev, jvp
 from fullcomp import distributed
 from fullcomp.errors import ModelError, OracleError
 
-
 #: Below this many entries a mask is cheaper than a reduction followed by a second check.
 SMALL = 1 << 16
 
