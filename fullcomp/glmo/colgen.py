@@ -29,6 +29,12 @@ class ColumnGenerationGLMO:
     certified gap ``<V^T q, x_master - atom>`` is below ``tol`` or ``max_calls``
     pricing calls are spent.
 
+    The pool (``pool`` atoms plus the newest priced one) persists across calls: consecutive
+    Frank-Wolfe iterations have similar models, so old atoms warm-start the
+    master.  Zero-weight atoms are pruned first; when all carry weight, the
+    two lightest are merged into their weighted mean, which keeps the master's
+    point representable.
+
     Each pricing call asks the set for an atom and a lower bound on the LMO
     value (:meth:`~fullcomp.sets.base.Set.lmo_bounded`), so an iterative LMO
     stops as soon as its bounds decide the call, and the gap reported is the

@@ -15,9 +15,10 @@ from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 from fullcomp.sets.lanczos import SingularPair, SparsePattern
 
 LANCZOS_TOL = 1e-7
-#: Up to this many rows or columns on the shorter side, the top pair comes from a dense eigensolve of the
-#: Gram matrix: at 40 x 50 it took 0.2 ms against 0.55 ms for warm-started Lanczos, at 100 x 200 Lanczos won.
-DENSE_SIDE = 64
+#: Up to this many rows or columns on the shorter side and this many entries, the top pair comes from a dense
+#: eigensolve of the Gram matrix: at 40 x 50 it took 0.2 ms against 0.55 ms for warm-started Lanczos; at
+#: 100 x 200 Lanczos won, and a long other side makes the Gram product the larger cost.
+DENSE_SIDE, DENSE_SIZE = 64, 1 << 16
 
 
 def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
@@ -155,7 +156,7 @@ class NuclearBall(Set):
             if p == 1:
                 return SingularPair(np.ones(1), sigma, dense[0] / sigma, sigma)
             return SingularPair(dense[:, 0] / sigma, sigma, np.ones(1), sigma)
-        if min(p, q) <= DENSE_SIDE:
+        if min(p, q) <= DENSE_SIDE and p * q <= DENSE_SIZE:
             return dense_top_pair(np.asarray(d.toarray() if hasattr(d, "toarray") else d))
         d_t = d.T if d_t is None else d_t
         # The residual tolerance bounds the singular vectors' error over the spectral gap, the value's by
