@@ -4,8 +4,9 @@ Modules: :mod:`.config` (methods, constants, frozen configuration), :mod:`.runs`
 :mod:`.tables` (tables and figures), :mod:`.tuning` (radius and settings), :mod:`.cli` (the command).
 
 * :data:`METHODS` maps the nine compared methods (HMSFW I/II, their fixed-budget
-  versions, Vanilla and Clipped SCFW, PSG, prox-linear, LiNASA+ICG) to runners
-  ``run(problem, settings, seed, seconds, callback) -> Result``.
+  versions, Vanilla and Clipped SCFW, PSG, prox-linear, LiNASA+ICG) to their
+  :class:`~fullcomp.experiments.harness.ProtocolMethod` specs, run as
+  ``spec.run(problem, settings, seed=..., seconds=..., callback=...)``.
 * :func:`bench_movielens` runs every (method, seed) under one optimizer-time
   budget and saves each run as ``out_dir/<objective>/<method>/seed<k>/``.
 * :func:`tables` and :func:`plots` turn those folders into the paper's
