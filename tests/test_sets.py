@@ -351,3 +351,30 @@ def test_small_nuclear_lmo_takes_the_dense_route_and_matches_a_full_svd(shape, m
     assert upper == pytest.approx(S[0], rel=1e-12)
     np.testing.assert_allclose(np.abs(u), np.abs(U[:, 0]), atol=1e-9)
     np.testing.assert_allclose(d @ v, sigma * u, atol=1e-10 * S[0])
+
+
+def test_sparse_pattern_in_row_order_fills_without_a_permutation_and_atoms_fill_buffers():
+    rng = np.random.default_rng(8)
+    shape = (12, 9)
+    flat = np.sort(rng.choice(shape[0] * shape[1], size=40, replace=False))
+    entries = fc.sets.atoms.Entries(flat, shape)
+    pattern = lanczos.SparsePattern(entries.rows, entries.cols, shape)
+    values = rng.standard_normal(flat.size)
+    d, d_t = pattern.fill(values)
+    dense = np.zeros(shape)
+    dense.reshape(-1)[flat] = values
+    assert pattern._perm is None and d.data is values  # row order: the values are the CSR data as given
+    assert np.array_equal(d.toarray(), dense) and np.array_equal(d_t.toarray(), dense.T)
+    atom = fc.sets.atoms.RankOneAtom(rng.standard_normal(shape[0]), rng.standard_normal(shape[1]))
+    out = np.empty(flat.size)
+    assert atom.at(entries, out=out) is out
+    np.testing.assert_array_equal(out, atom.dense().reshape(-1)[flat])
+
+
+def test_exact_lmos_bound_with_their_own_value():
+    X = fc.L1Ball((3, 4), 2.0)
+    entries = fc.sets.atoms.Entries(np.arange(12), (3, 4))
+    direction = np.random.default_rng(9).standard_normal(12)
+    atom, lower = X.lmo_bounded(direction, entries)
+    assert lower == pytest.approx(-2.0 * np.abs(direction).max(), rel=1e-15)
+    assert lower == pytest.approx(float(direction @ atom.at(entries)), rel=1e-15)
