@@ -353,7 +353,7 @@ def test_small_nuclear_lmo_takes_the_dense_route_and_matches_a_full_svd(shape, m
     np.testing.assert_allclose(d @ v, sigma * u, atol=1e-10 * S[0])
 
 
-def test_sparse_pattern_in_row_order_fills_without_a_permutation_and_atoms_fill_buffers():
+def test_sparse_pattern_in_row_order_fills_without_a_permutation_and_every_atom_fills_a_buffer():
     rng = np.random.default_rng(8)
     shape = (12, 9)
     flat = np.sort(rng.choice(shape[0] * shape[1], size=40, replace=False))
@@ -365,10 +365,16 @@ def test_sparse_pattern_in_row_order_fills_without_a_permutation_and_atoms_fill_
     dense.reshape(-1)[flat] = values
     assert pattern._perm is None and d.data is values  # row order: the values are the CSR data as given
     assert np.array_equal(d.toarray(), dense) and np.array_equal(d_t.toarray(), dense.T)
-    atom = fc.sets.atoms.RankOneAtom(rng.standard_normal(shape[0]), rng.standard_normal(shape[1]))
-    out = np.empty(flat.size)
-    assert atom.at(entries, out=out) is out
-    np.testing.assert_array_equal(out, atom.dense().reshape(-1)[flat])
+    atoms = fc.sets.atoms
+    rank_one = atoms.RankOneAtom(rng.standard_normal(shape[0]), rng.standard_normal(shape[1]))
+    dense_atom = atoms.DenseAtom(rng.standard_normal(shape))
+    mixture = atoms.MixtureAtom([rank_one, dense_atom], np.array([0.3, 0.7]))
+    kinds = [rank_one, dense_atom, mixture, atoms.ZeroAtom(shape)]
+    for atom in kinds:
+        out = np.full(flat.size, np.nan)
+        assert atom.at(entries, out=out) is out, type(atom).__name__
+        np.testing.assert_allclose(out, atom.dense().reshape(-1)[flat], rtol=1e-15, atol=1e-15)
+        np.testing.assert_array_equal(out, atom.at(entries))
 
 
 def test_exact_lmos_bound_with_their_own_value():

@@ -12,7 +12,7 @@ from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol, target_gap
 from fullcomp.glmo.master import ConicMaster
 from fullcomp.model.composite import Outer
-from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom, RankOneAtom
+from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
 from fullcomp.sets.base import Set
 
 DEFAULT_MAX_CALLS = 500
@@ -138,7 +138,7 @@ class ColumnGenerationGLMO:
         direction, values = np.dot(self.q, Vm, out=self._work[0]), self._work[1]
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough)
         self.hint = atom
-        values = atom.at(entries, out=values) if isinstance(atom, RankOneAtom) else atom.at(entries)
+        values = atom.at(entries, out=values)
         return atom, values, Vm @ values, max(base - lower, 0.0)
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ class Entries:
     shape: tuple[int, ...]
     rows: np.ndarray | None = field(default=None, repr=False)
     cols: np.ndarray | None = field(default=None, repr=False)
-    _scratch: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _scratch: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.flat = np.asarray(self.flat, dtype=np.int64)
@@ -44,12 +44,16 @@ class Entries:
 
 
 class Atom(ABC):
-    """A point of the set; ``at(entries)`` gives its values there, ``dense()`` the whole point."""
+    """A point of the set; ``at(entries)`` gives its values there, ``dense()`` the whole point.
+
+    ``at(entries, out=buffer)`` writes the values into a float64 buffer of len(entries) and
+    returns it: column generation prices into one work array instead of a fresh one per call.
+    """
 
     shape: tuple[int, ...]
 
     @abstractmethod
-    def at(self, entries: Entries) -> np.ndarray: ...
+    def at(self, entries: Entries, out: np.ndarray | None = None) -> np.ndarray: ...
 
     @abstractmethod
     def dense(self) -> np.ndarray: ...
@@ -60,8 +64,8 @@ class DenseAtom(Atom):
         self.point = np.asarray(point, dtype=np.float64)
         self.shape = self.point.shape
 
-    def at(self, entries: Entries) -> np.ndarray:
-        return self.point.reshape(-1)[entries.flat]
+    def at(self, entries: Entries, out: np.ndarray | None = None) -> np.ndarray:
+        return np.take(self.point.reshape(-1), entries.flat, out=out, mode="clip" if out is not None else "raise")
 
     def dense(self) -> np.ndarray:
         return self.point
@@ -103,8 +107,12 @@ class MixtureAtom(Atom):
         self.atoms, self.weights = flat_atoms, np.asarray(flat_weights)
         self.shape = self.atoms[0].shape
 
-    def at(self, entries: Entries) -> np.ndarray:
-        return sum(w * a.at(entries) for w, a in zip(self.weights, self.atoms))
+    def at(self, entries: Entries, out: np.ndarray | None = None) -> np.ndarray:
+        values = sum(w * a.at(entries) for w, a in zip(self.weights, self.atoms))
+        if out is None:
+            return values
+        out[...] = values
+        return out
 
     def dense(self) -> np.ndarray:
         return sum(w * a.dense() for w, a in zip(self.weights, self.atoms))
@@ -116,8 +124,11 @@ class ZeroAtom(Atom):
     def __init__(self, shape: tuple[int, ...]):
         self.shape = tuple(shape)
 
-    def at(self, entries: Entries) -> np.ndarray:
-        return np.zeros(len(entries))
+    def at(self, entries: Entries, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            return np.zeros(len(entries))
+        out.fill(0.0)
+        return out
 
     def dense(self) -> np.ndarray:
         return np.zeros(self.shape)
