@@ -33,7 +33,7 @@ def main() -> None:
     torch.set_num_threads(1)
     config = protocol.load_config()
     data = fc.datasets.movielens(args.data)
-    scale = config.radius_scale[args.objective] if args.radius_scale is None else args.radius_scale
+    scale = config.fields["radius_scale"][args.objective] if args.radius_scale is None else args.radius_scale
     completion = completion_problem(data, args.objective, scale)
     seconds = {}
     for method in ("hmsfw-ii", "hmsfw-ii-fb", "psg"):

@@ -127,7 +127,7 @@ def test_pu_tables_unchanged(tmp_path: Path) -> None:
     config = tmp_path / "pu.json"
     config.write_text(json.dumps(PU_CONFIG))
     out = tmp_path / "pu"
-    common = dict(config=str(config), epochs=2)
+    common = dict(config=str(config), workload=pu.Workload(epochs=2))
     pu.bench_pu(None, None, [0, 1], "sgd,smag,sbcd", out, **common)
     pu.gamma_ablation(None, None, [0.5, 1.0], [0], out, **common)
     written = pu.tables(out)
@@ -184,7 +184,44 @@ def test_a_protocol_tunes_with_a_search_of_the_users(tmp_path: Path) -> None:
         calls.append(score({k: v[-1] for k, v in grid.items()}))
 
     grids = {"sgd": {"eta": [10.0, 0.001, 0.1]}}
-    config = pu.tune_pu(None, "digits", "sgd", [7], grids=grids, config_path=None, iters=8, search=last_point)
-    tried = config["tuning"]["digits"]["methods"]["sgd"]["candidates"]
+    config = pu.tune_pu(
+        None, "digits", "sgd", [7], grids=grids, config_path=None, workload=pu.Workload(iters=8), search=last_point
+    )
+    tried = config.meta["tuning"]["digits"]["methods"]["sgd"]["candidates"]
     assert len(calls) == 1 and [c["settings"] for c in tried] == [{"eta": 0.1}]
-    assert config["settings"]["digits"]["sgd"] == {"eta": 0.1}
+    assert config.settings["digits"]["sgd"] == {"eta": 0.1}
+
+
+# ---- the configuration schema shared by the three protocols
+
+
+def test_one_config_schema_checks_settings_fields_and_fallback(tmp_path: Path) -> None:
+    from fullcomp.errors import OptionError
+    from fullcomp.experiments.harness import ConfigSchema, positive_number
+
+    def check(method: str, settings: dict) -> dict:
+        if set(settings) != {"eta"}:
+            raise OptionError(f"settings of {method} must hold exactly eta")
+        return {"eta": positive_number(settings["eta"])}
+
+    schema = ConfigSchema(tmp_path / "none.json", "write one", check, ("a",), {"scale": positive_number}, "a")
+    cfg = schema.load({"settings": {"a": {"sgd": {"eta": 1}}}, "scale": {"a": 2}, "about": "x"})
+    assert cfg.settings_for("b", "sgd") == {"eta": 1.0} and cfg.tuned_on("b", "sgd") == "a"
+    assert cfg.fields == {"scale": {"a": 2.0}} and cfg.meta == {"about": "x"}
+    cfg.set("b", "sgd", {"eta": 0.5})
+    assert cfg.tuned_on("b", "sgd") == "b" and schema.load(cfg.to_dict()).to_dict() == cfg.to_dict()
+    saved = schema.load(cfg.save(tmp_path / "c.json"))
+    assert saved.to_dict() == cfg.to_dict()  # floats round-trip exactly
+    bad = [
+        ({"settings": {"a": {"sgd": {"eta": 1}}}}, "needs settings and scale for 'a'"),
+        ({"settings": {"a": {"sgd": {"lr": 1}}}, "scale": {"a": 1}}, "a: settings of sgd must hold exactly eta"),
+        ({"settings": {"a": {}}, "scale": {"a": True}}, r"scale\['a'\] must be a positive number, got True"),
+        ({"settings": []}, "must be a JSON object with 'settings'"),
+    ]
+    for data, message in bad:
+        with pytest.raises(OptionError, match=message):
+            schema.load(data)
+    with pytest.raises(OptionError, match="none.json not found; write one"):
+        schema.load()
+    with pytest.raises(OptionError, match="no settings for psg on b \\(nor a\\)"):
+        cfg.settings_for("b", "psg")

@@ -315,14 +315,14 @@ def test_selection_uses_validation_only(tmp_path):
         data,
         "sopa,smag",
         grids=grids,
-        budget=pauc.Workload(20, 8, 8),
+        workload=pauc.Workload(20, 8, 8),
         config_path=tmp_path / "c.json",
         base_config={"settings": {}},
     )
     saved = json.loads((tmp_path / "c.json").read_text())
     assert saved["settings"]["german-credit"]["smag"] == {"alpha": 0.5, "gamma": 0.4, "eta0": 0.2, "eta1": 0.2}
     assert saved["settings"]["german-credit"]["sopa"]["eta"] in (0.3, 0.03)
-    assert len(cfg["selection"]["german-credit"]["methods"]["sopa"]["candidates"]) == 2
+    assert len(cfg.meta["selection"]["german-credit"]["methods"]["sopa"]["candidates"]) == 2
 
 
 def test_bench_then_report(tmp_path, capsys):

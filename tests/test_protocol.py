@@ -15,6 +15,7 @@ from fullcomp.datasets import synthetic_ratings
 from fullcomp.errors import OptionError
 from fullcomp.experiments import movielens as protocol
 from fullcomp.experiments.completion import Completion, completion_problem
+from fullcomp.experiments.harness import parse_seeds
 from fullcomp.experiments.movielens import runs as movielens_runs
 from fullcomp.run import History
 
@@ -215,10 +216,10 @@ def test_bad_options(tmp_path):
     with pytest.raises(OptionError, match="budget"):
         ex.bench_movielens(None, "max", None, [0], None, tmp_path)
     with pytest.raises(OptionError, match="seeds"):
-        protocol.parse_seeds("2004-2000")
+        parse_seeds("2004-2000")
     with pytest.raises(OptionError, match="no movielens runs"):
         ex.tables(tmp_path)
-    assert protocol.parse_seeds("2000-2002,2007") == [2000, 2001, 2002, 2007]
+    assert parse_seeds("2000-2002,2007") == [2000, 2001, 2002, 2007]
 
 
 def test_tuning_writes_the_config_that_bench_reads(tmp_path):
@@ -233,7 +234,7 @@ def test_tuning_writes_the_config_that_bench_reads(tmp_path):
     assert saved.to_dict() == cfg.to_dict()
     record = saved.meta["tuning"]["max"]
     assert set(record["radius"]["mean_val_worst"]) == {"0.5", "1"}
-    assert saved.radius_scale["max"] in (0.5, 1.0)
+    assert saved.fields["radius_scale"]["max"] in (0.5, 1.0)
     assert saved.meta["data"].startswith("synthetic") and saved.meta["tuning_seeds"] == [1000, 1001]
     for method in ("psg", "hmsfw-ii-fb"):
         tried = record["methods"][method]["candidates"]

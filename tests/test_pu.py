@@ -336,15 +336,24 @@ def test_bench_rejects_bad_options(tmp_path: Path, capsys) -> None:
 def test_committed_config_holds_every_method() -> None:
     config = pu.load_config()
     for dataset in ("mnist5k", "digits"):
-        assert sorted(config["settings"][dataset]) == sorted(pu.METHODS)
+        assert sorted(config.settings[dataset]) == sorted(pu.METHODS)
 
 
 def test_tune_pu_keeps_the_lowest_final_objective(tmp_path: Path) -> None:
     grids = {"sgd": {"eta": [10.0, 0.001, 0.1]}, "smag": {"eta1": [0.1, 0.01], "eta0": [0.5], "gamma": [1.0, 0.5]}}
     path = tmp_path / "pu.json"
-    config = pu.tune_pu(None, "digits", "sgd,smag", [7], grids=grids, config_path=path, iters=24, search="coordinate")
+    config = pu.tune_pu(
+        None,
+        "digits",
+        "sgd,smag",
+        [7],
+        grids=grids,
+        config_path=path,
+        workload=pu.Workload(iters=24),
+        search="coordinate",
+    )
     saved = json.loads(path.read_text())
-    assert saved["settings"] == config["settings"] and set(saved["settings"]["digits"]) == {"sgd", "smag"}
+    assert saved["settings"] == config.settings and set(saved["settings"]["digits"]) == {"sgd", "smag"}
     for method in ("sgd", "smag"):
         tried = saved["tuning"]["digits"]["methods"][method]["candidates"]
         best = min(tried, key=lambda t: t["mean"])

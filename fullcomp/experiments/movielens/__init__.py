@@ -21,68 +21,30 @@ group and update, the saved 80/10/10 split, optimizer time only in the budget
 completed within the budget.
 """
 
-from fullcomp.experiments.harness import check_seeds, parse_seeds
 from fullcomp.experiments.movielens.cli import add_arguments, run_from_args
-from fullcomp.experiments.movielens.config import (
-    BATCH,
-    CLOCK,
-    DEFAULT_CONFIG,
-    FINAL_SEEDS,
-    METHODS,
-    OBJECTIVE_LABELS,
-    PROTOCOL,
-    RADIUS_SCALES,
-    TUNING_SEEDS,
-    ProtocolConfig,
-    check_settings,
-    load_config,
-    load_data,
-    method_names,
-    objective_names,
-)
-from fullcomp.experiments.movielens.runs import bench_movielens, run_method, save_run
+from fullcomp.experiments.movielens.config import METHODS, PROTOCOL, SCHEMA, check_settings, load_config, load_data
+from fullcomp.experiments.movielens.runs import bench_movielens, run_method
 from fullcomp.experiments.movielens.tables import COLUMNS, ProtocolRun, common_curve, plots, summarize, tables
-from fullcomp.experiments.movielens.tuning import (
-    DEFAULT_GRIDS,
-    RELATIVE,
-    absolute_settings,
-    choose_radius_scale,
-    reference_scales,
-    tune_movielens,
-)
+from fullcomp.experiments.movielens.tuning import DEFAULT_GRIDS, choose_radius_scale, reference_scales, tune_movielens
 
 __all__ = [
-    "BATCH",
-    "CLOCK",
     "COLUMNS",
-    "DEFAULT_CONFIG",
     "DEFAULT_GRIDS",
-    "FINAL_SEEDS",
     "METHODS",
-    "OBJECTIVE_LABELS",
     "PROTOCOL",
-    "RADIUS_SCALES",
-    "RELATIVE",
-    "TUNING_SEEDS",
-    "ProtocolConfig",
     "ProtocolRun",
+    "SCHEMA",
     "add_arguments",
     "bench_movielens",
-    "absolute_settings",
-    "check_seeds",
     "check_settings",
     "choose_radius_scale",
     "common_curve",
     "load_config",
     "load_data",
-    "method_names",
-    "objective_names",
-    "parse_seeds",
     "plots",
     "reference_scales",
     "run_from_args",
     "run_method",
-    "save_run",
     "summarize",
     "tables",
     "tune_movielens",

@@ -6,16 +6,8 @@ import argparse
 import re
 
 from fullcomp.errors import OptionError
+from fullcomp.experiments import harness
 from fullcomp.experiments.completion import OBJECTIVES
-from fullcomp.experiments.harness import (
-    add_config,
-    add_methods,
-    add_no_progress,
-    add_positive,
-    add_seeds,
-    add_typed,
-    write_report,
-)
 from fullcomp.experiments.movielens.config import BATCH, CLOCK, DEFAULT_CONFIG, FINAL_SEEDS, METHODS, method_names
 from fullcomp.experiments.movielens.runs import bench_movielens
 from fullcomp.experiments.movielens.tables import plots, tables
@@ -38,25 +30,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "omit for synthetic data of the --synthetic-* size",
     )
     parser.add_argument("--objective", choices=(*OBJECTIVES, "both"), default="max", help="default max")
-    add_positive(
+    harness.add_positive(
         parser,
         "--budget",
         float,
         120.0,
         "optimizer seconds per run (default 120; the paper used 1200 for MovieLens-1M)",
     )
-    add_seeds(parser, FINAL_SEEDS, "e.g. 2000-2004 (default) or 1000,1001")
-    add_methods(parser, method_names, f"comma-separated subset of {','.join(METHODS)} (default all)")
+    harness.add_seeds(parser, FINAL_SEEDS, "e.g. 2000-2004 (default) or 1000,1001")
+    harness.add_methods(parser, method_names, f"comma-separated subset of {','.join(METHODS)} (default all)")
     parser.add_argument("--out", default="runs/movielens", help="output folder (default runs/movielens)")
-    add_positive(
+    harness.add_positive(
         parser, "--radius-scale", float, None, "multiple of sqrt(P Q); default the configuration's validated scale"
     )
-    add_positive(parser, "--eval-every", int, 5, "updates between evaluations (default 5; outside optimizer time)")
-    add_config(parser, DEFAULT_CONFIG)
-    add_positive(parser, "--iters", int, None, "optional cap on updates per run")
-    add_positive(parser, "--batch", int, BATCH, "ratings per group (default 1024)")
-    add_typed(parser, "--synthetic-shape", _shape, (943, 1682), "default 943x1682")
-    add_positive(parser, "--synthetic-ratings", int, 100_000, "default 100000")
+    harness.add_positive(
+        parser, "--eval-every", int, 5, "updates between evaluations (default 5; outside optimizer time)"
+    )
+    harness.add_config(parser, DEFAULT_CONFIG)
+    harness.add_positive(parser, "--iters", int, None, "optional cap on updates per run")
+    harness.add_positive(parser, "--batch", int, BATCH, "ratings per group (default 1024)")
+    harness.add_typed(parser, "--synthetic-shape", _shape, (943, 1682), "default 943x1682")
+    harness.add_positive(parser, "--synthetic-ratings", int, 100_000, "default 100000")
     parser.add_argument("--synthetic-seed", type=int, default=0, help="default 0")
     parser.add_argument("--no-save-x", action="store_true", help="do not write the dense final iterate x.npy")
     parser.add_argument(
@@ -66,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="optimizer seconds as CPU seconds of the single-threaded run (default) or elapsed seconds",
     )
     parser.add_argument("--fresh", action="store_true", help="rerun runs already finished in --out")
-    add_no_progress(parser)
+    harness.add_no_progress(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -94,5 +88,5 @@ def run_from_args(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         log=lambda line: print(line, flush=True),
     )
-    write_report(args.out, tables, plots)
+    harness.write_report(args.out, tables, plots)
     return 0

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import copy
-import json
-import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +16,12 @@ from fullcomp.datasets.ratings import RatingData
 from fullcomp.errors import OptionError
 from fullcomp.experiments.completion import OBJECTIVES
 from fullcomp.experiments.harness import (
+    ConfigSchema,
     ProtocolMethod,
     check_keys,
-    read_config,
+    positive_number,
     select_methods,
 )
-from fullcomp.run import write_atomic
 
 #: The committed, frozen method settings and radius scales.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "movielens.json"
@@ -41,32 +37,23 @@ PROTOCOL = "movielens"
 # ---------------------------------------------------------------------------------------------- methods
 
 
-# Fixed-budget HMSFW: glmo_tol=None with max_pricing set, so only the cap on pricing calls stops the GLMO.
-_FB = {"glmo_tol": None}
 FB = frozenset({"fixed-budget"})
+_HMSFW = (("hmsfw-i", "HMSFW I", "polyak"), ("hmsfw-ii", "HMSFW II", "taylor"))
+
+
+def _hmsfw(name: str, label: str, variant: str, fixed_budget: bool) -> ProtocolMethod:
+    if not fixed_budget:
+        return ProtocolMethod(name, label, hmsfw, ("pool",), {"variant": variant})
+    # glmo_tol=None with max_pricing set: only the cap on pricing calls stops the GLMO.
+    fixed = {"variant": variant, "glmo_tol": None}
+    return ProtocolMethod(f"{name}-fb", f"{label} FB", hmsfw, ("max_pricing", "pool"), fixed, tags=FB)
+
 
 #: The nine methods in the paper's table order.
 METHODS: dict[str, ProtocolMethod] = {
     m.name: m
     for m in (
-        ProtocolMethod("hmsfw-i", "HMSFW I", hmsfw, ("pool",), {"variant": "polyak"}),
-        ProtocolMethod(
-            "hmsfw-i-fb",
-            "HMSFW I FB",
-            hmsfw,
-            ("max_pricing", "pool"),
-            {"variant": "polyak", **_FB},
-            tags=FB,
-        ),
-        ProtocolMethod("hmsfw-ii", "HMSFW II", hmsfw, ("pool",), {"variant": "taylor"}),
-        ProtocolMethod(
-            "hmsfw-ii-fb",
-            "HMSFW II FB",
-            hmsfw,
-            ("max_pricing", "pool"),
-            {"variant": "taylor", **_FB},
-            tags=FB,
-        ),
+        *(_hmsfw(name, label, variant, fb) for name, label, variant in _HMSFW for fb in (False, True)),
         ProtocolMethod("scfw", "Vanilla SCFW", scfw, ("pool",)),
         ProtocolMethod("clipped-scfw", "Clipped SCFW", scfw, ("clip", "pool")),
         ProtocolMethod("psg", "PSG", psg, ("eta",), {"step": "constant"}),
@@ -102,65 +89,19 @@ def check_settings(method: str, settings: Any) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------------- config
 
-
-@dataclass
-class ProtocolConfig:
-    """Frozen method settings and radius scales per objective, plus free-form provenance.
-
-    ``settings[objective][method]`` is the dict a runner reads; ``radius_scale[objective]``
-    multiplies :func:`~fullcomp.experiments.completion.base_radius`; ``meta`` records
-    where the values come from (source, data, tuning grids and scores).
-    """
-
-    settings: dict[str, dict[str, dict[str, Any]]]
-    radius_scale: dict[str, float]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for objective in OBJECTIVES:
-            if objective not in self.settings or objective not in self.radius_scale:
-                raise OptionError(f"the configuration needs settings and a radius_scale for objective {objective!r}")
-            scale = self.radius_scale[objective]
-            if (
-                isinstance(scale, bool)
-                or not isinstance(scale, (int, float))
-                or not (math.isfinite(scale) and scale > 0)
-            ):
-                raise OptionError(f"radius_scale[{objective!r}] must be a positive number, got {scale!r}")
-            for method, settings in self.settings[objective].items():
-                self.settings[objective][method] = check_settings(method, settings)
-
-    def settings_for(self, objective: str, method: str) -> dict[str, Any]:
-        try:
-            return dict(self.settings[objective][method])
-        except KeyError:
-            raise OptionError(f"the configuration has no settings for {method} with objective {objective}") from None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"radius_scale": dict(self.radius_scale), "settings": copy.deepcopy(self.settings), **self.meta}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], origin: str = "configuration") -> ProtocolConfig:
-        if not isinstance(data, dict) or "settings" not in data or "radius_scale" not in data:
-            raise OptionError(f"{origin} must be a JSON object with 'settings' and 'radius_scale'")
-        meta = {k: v for k, v in data.items() if k not in ("settings", "radius_scale")}
-        try:
-            return cls(copy.deepcopy(data["settings"]), dict(data["radius_scale"]), copy.deepcopy(meta))
-        except OptionError as exc:
-            raise OptionError(f"{origin}: {exc}") from None
-
-    def save(self, path: str | os.PathLike) -> Path:
-        # Full precision: json writes floats with repr, which round-trips exactly.
-        write_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
-        return Path(path)
+#: ``settings[objective][method]`` and ``radius_scale[objective]`` (a multiple of
+#: :func:`~fullcomp.experiments.completion.base_radius`), for both objectives.
+SCHEMA = ConfigSchema(
+    DEFAULT_CONFIG,
+    "pass the JSON written by tune_movielens",
+    check_settings,
+    blocks=tuple(OBJECTIVES),
+    fields={"radius_scale": positive_number},
+)
 
 
-def load_config(config: str | os.PathLike | dict | ProtocolConfig | None = None) -> ProtocolConfig:
-    """The protocol configuration: a path to JSON, a dict, a :class:`ProtocolConfig` or None (the committed one)."""
-    if isinstance(config, ProtocolConfig):
-        return config
-    data, origin = read_config(config, DEFAULT_CONFIG, "pass the JSON written by tune_movielens")
-    return ProtocolConfig.from_dict(data, origin=origin)
+#: The protocol configuration: a path to JSON, a dict, a ProtocolConfig or None (the committed one).
+load_config = SCHEMA.load
 
 
 # ------------------------------------------------------------------------------------------------ data

@@ -14,17 +14,13 @@ import torch
 
 from fullcomp.errors import OptionError
 from fullcomp.experiments.completion import Completion, base_radius, completion_problem
-from fullcomp.experiments.harness import (
-    check_seeds,
-    emit,
-)
+from fullcomp.experiments.harness import ProtocolConfig, check_seeds, emit
 from fullcomp.experiments.movielens.config import (
     BATCH,
     CLOCK,
     FINAL_SEEDS,
     METHODS,
     PROTOCOL,
-    ProtocolConfig,
     check_settings,
     load_config,
     load_data,
@@ -88,12 +84,8 @@ def run_method(
     # budget was discarded, and its time is in info["optimizer_seconds"] but not in this figure.
     accepted = float(result.history[-1]["time"]) if len(result.history) else math.nan
     result.info.update(
-        protocol=PROTOCOL,
-        method=method,
-        label=spec.label,
+        spec.run_fields(PROTOCOL, seed, settings),
         objective=completion.objective,
-        seed=seed,
-        settings=settings,
         radius=completion.radius,
         radius_scale=completion.radius / base_radius(data),
         data=data.label,
@@ -191,7 +183,7 @@ def bench_movielens(
     out = Path(out_dir)
     folders = []
     for obj in objectives:
-        scale = cfg.radius_scale[obj] if radius_scale is None else float(radius_scale)
+        scale = cfg.fields["radius_scale"][obj] if radius_scale is None else float(radius_scale)
         for name in names:
             settings = cfg.settings_for(obj, name)
             completion = completion_problem(data, obj, scale, batch=batch, structured=True)

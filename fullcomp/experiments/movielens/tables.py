@@ -10,15 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from fullcomp.experiments import harness
 from fullcomp.experiments.completion import OBJECTIVES
-from fullcomp.experiments.harness import (
-    TableFiles,
-    best_mean,
-    by_seed,
-    cell,
-    seed_columns,
-    write_tables,
-)
 from fullcomp.experiments.movielens.config import METHODS, OBJECTIVE_LABELS, PROTOCOL
 from fullcomp.report import mean_sd, protocol_runs
 from fullcomp.run import History
@@ -86,7 +79,7 @@ def _order(runs: list[ProtocolRun]) -> list[tuple[str, str, list[ProtocolRun]]]:
         groups.setdefault((run.objective, run.method), []).append(run)
     rank = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (OBJECTIVES.index(k[0]) if k[0] in OBJECTIVES else 9, rank.get(k[1], 99)))
-    return [(o, m, by_seed(groups[(o, m)])) for o, m in keys]
+    return [(o, m, harness.by_seed(groups[(o, m)])) for o, m in keys]
 
 
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -100,7 +93,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
             "label": METHODS[method].label if method in METHODS else method,
             "data": runs[0].summary.get("data", ""),
             "budget_seconds": runs[0].summary.get("budget_seconds"),
-            **seed_columns(runs),
+            **harness.seed_columns(runs),
         }
         for key, _, _ in COLUMNS:
             row[f"{key}_mean"], row[f"{key}_sd"] = mean_sd([m[key] for m in metrics])
@@ -108,41 +101,32 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+#: What the Markdown tables show, above them.
+ABOUT = (
+    "Mean ± sample SD over seeds of the last state completed within the optimizer-time budget. "
+    "Bold: lowest observed mean per objective and column (no significance claim). "
+    "Average-group loss weights the groups equally. FB: fixed budget of pricing calls per update."
+)
+
+
 def _markdown(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "# MovieLens protocol tables",
-        "",
-        "Mean ± sample SD over seeds of the last state completed within the optimizer-time budget. "
-        "Bold: lowest observed mean per objective and column (no significance claim). "
-        "Average-group loss weights the groups equally. FB: fixed budget of pricing calls per update.",
-    ]
-    for objective in OBJECTIVES:
-        block = [r for r in rows if r["objective"] == objective]
-        if not block:
-            continue
+    lines = ["# MovieLens protocol tables", "", ABOUT]
+    for objective, block in harness.grouped(rows, "objective", OBJECTIVES):
         data = ", ".join(sorted({str(r["data"]) for r in block}))
         budgets = ", ".join(sorted({f"{r['budget_seconds']:g} s" for r in block if r["budget_seconds"]}))
         for part, columns in (("final test losses and cost", MAIN_COLUMNS), ("supporting results", SUPPORT_COLUMNS)):
             lines += ["", f"## {OBJECTIVE_LABELS[objective]}: {part} ({data}; budget {budgets or 'iterations'})", ""]
-            lines.append("| Method | Seeds | " + " | ".join(title for _, title, _ in columns) + " |")
-            lines.append("|---|---:|" + "---:|" * len(columns))
+            digits = {key: 1 if key == "updates" else 4 for key, _, _ in columns}
             # Lowest is best for losses, objective and cost; completed updates are not ranked.
-            best = {key: best_mean(block, key, None if key == "updates" else False) for key, _, _ in columns}
-            for r in block:
-                cells = [
-                    cell(
-                        r[f"{k}_mean"],
-                        r[f"{k}_sd"],
-                        1 if k == "updates" else 4,
-                        best[k] is not None and r[f"{k}_mean"] == best[k],
-                    )
-                    for k, _, _ in columns
-                ]
-                lines.append(f"| {r['label']} | {r['n_seeds']} | " + " | ".join(cells) + " |")
+            best = {key: harness.best_mean(block, key, None if key == "updates" else False) for key in digits}
+            header = ["Method", "Seeds", *(title for _, title, _ in columns)]
+            lines += harness.markdown_table(
+                header, ([r["label"], r["n_seeds"], *harness.mean_cells(r, digits, best)] for r in block)
+            )
     return "\n".join(lines) + "\n"
 
 
-def tables(out_dir: str | os.PathLike) -> TableFiles:
+def tables(out_dir: str | os.PathLike) -> harness.TableFiles:
     """Aggregate the runs under ``out_dir`` into the paper's Tables 3-6 columns.
 
     Writes ``out_dir/tables.csv`` (one row per objective and method: seeds, and
@@ -151,7 +135,7 @@ def tables(out_dir: str | os.PathLike) -> TableFiles:
     and ``out_dir/tables.md`` (per objective, the Table 3/4 and Table 5/6 columns).
     """
     rows = summarize(out_dir)
-    return write_tables(out_dir, "tables", rows, _markdown(rows))
+    return harness.write_tables(out_dir, "tables", rows, _markdown(rows))
 
 
 # ----------------------------------------------------------------------------------------------- plots
@@ -218,8 +202,5 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
             axes[1].legend(fontsize="small")
         data = block[0][1][0].summary.get("data", "")
         fig.suptitle(f"{data}: worst-group loss vs optimizer time (mean ± sample SD over seeds)")
-        path = Path(out_dir) / objective / "curves.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-        saved.append(path)
+        saved.append(harness.save_figure(fig, Path(out_dir) / objective / "curves.png", dpi=120))
     return saved

@@ -16,33 +16,15 @@ from fullcomp.algorithms.tracked import InnerMap
 from fullcomp.datasets.ratings import RatingData
 from fullcomp.errors import FullcompError, OptionError
 from fullcomp.experiments.completion import Completion, completion_problem
-from fullcomp.experiments.harness import (
-    Search,
-    check_seeds,
-    emit,
-    grid_edges,
-    resolve_search,
-)
-from fullcomp.experiments.movielens.config import (
-    BATCH,
-    DEFAULT_CONFIG,
-    METHODS,
-    RADIUS_SCALES,
-    TUNING_SEEDS,
-    ProtocolConfig,
-    check_settings,
-    load_config,
-    load_data,
-    method_names,
-    objective_names,
-)
+from fullcomp.experiments.harness import ProtocolConfig, Search, check_seeds, emit, grid_edges, resolve_search
+from fullcomp.experiments.movielens import config as protocol
 from fullcomp.experiments.movielens.runs import _check_budget, run_method
 from fullcomp.glmo.subgradient import OuterCalculus
 
 # ---------------------------------------------------------------------------------- radius and tuning
 
 
-def reference_scales(completion: Completion, seeds: Iterable[int] = TUNING_SEEDS) -> dict[str, float]:
+def reference_scales(completion: Completion, seeds: Iterable[int] = protocol.TUNING_SEEDS) -> dict[str, float]:
     """Scale-free units for the tuned step parameters, from minibatches at the zero start.
 
     ``jacobian_norm``: mean Frobenius norm of the stacked sampled Jacobian (clipping
@@ -121,14 +103,14 @@ def _final(
 def choose_radius_scale(
     data: RatingData,
     objective: str = "max",
-    scales: Sequence[float] = RADIUS_SCALES,
+    scales: Sequence[float] = protocol.RADIUS_SCALES,
     *,
     method: str = "hmsfw-ii",
     settings: dict[str, Any] | None = None,
     budget_seconds: float | None = 120.0,
-    seeds: Iterable[int] = TUNING_SEEDS,
+    seeds: Iterable[int] = protocol.TUNING_SEEDS,
     iters: int | None = None,
-    batch: int = BATCH,
+    batch: int = protocol.BATCH,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> tuple[float, dict[float, float]]:
@@ -136,8 +118,8 @@ def choose_radius_scale(
     worst-group *validation* loss of ``method`` over the tuning seeds; returns (scale, {scale: mean})."""
     _check_budget(budget_seconds, iters)
     seed_list = check_seeds(seeds)
-    settings = check_settings(
-        method, settings if settings is not None else load_config().settings_for(objective, method)
+    settings = protocol.check_settings(
+        method, settings if settings is not None else protocol.load_config().settings_for(objective, method)
     )
     means = {}
     for scale in scales:
@@ -153,20 +135,20 @@ def tune_movielens(
     data_dir: str | os.PathLike | None,
     objective: str | Sequence[str] = "both",
     budget_seconds: float | None = 120.0,
-    seeds: Iterable[int] | str = TUNING_SEEDS,
+    seeds: Iterable[int] | str = protocol.TUNING_SEEDS,
     methods: str | Iterable[str] | None = None,
     *,
     grids: dict[str, dict[str, list]] | None = None,
     search: str | Search = "grid",
-    config_path: str | os.PathLike | None = DEFAULT_CONFIG,
+    config_path: str | os.PathLike | None = protocol.DEFAULT_CONFIG,
     base_config: str | os.PathLike | dict | ProtocolConfig | None = None,
     radius_scale: float | None = None,
     select_radius: bool = False,
-    radius_scales: Sequence[float] = RADIUS_SCALES,
+    radius_scales: Sequence[float] = protocol.RADIUS_SCALES,
     radius_method: str = "hmsfw-ii",
     radius_budget_seconds: float | None = None,
     iters: int | None = None,
-    batch: int = BATCH,
+    batch: int = protocol.BATCH,
     synthetic: dict[str, Any] | None = None,
     cache: bool | str | os.PathLike = True,
     progress: bool = False,
@@ -190,17 +172,21 @@ def tune_movielens(
     default grids and all methods).
     """
     _check_budget(budget_seconds, iters)
-    objectives, names, seed_list = objective_names(objective), method_names(methods), check_seeds(seeds)
+    objectives, names, seed_list = (
+        protocol.objective_names(objective),
+        protocol.method_names(methods),
+        check_seeds(seeds),
+    )
     grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
     for name, grid in grids.items():
-        if name not in METHODS:
-            raise OptionError(f"grids has an unknown method {name!r}; choose from {', '.join(METHODS)}")
-        bad = [k for k in grid if k not in METHODS[name].keys]
+        if name not in protocol.METHODS:
+            raise OptionError(f"grids has an unknown method {name!r}; choose from {', '.join(protocol.METHODS)}")
+        bad = [k for k in grid if k not in protocol.METHODS[name].keys]
         if bad or any(not isinstance(v, list) or not v for v in grid.values()):
-            raise OptionError(f"grid of {name} must map its settings {METHODS[name].keys} to non-empty lists")
-    base = load_config(base_config)
-    cfg = ProtocolConfig(copy.deepcopy(base.settings), dict(base.radius_scale), {})
-    data = load_data(data_dir, synthetic, cache)
+            raise OptionError(f"grid of {name} must map its settings {protocol.METHODS[name].keys} to non-empty lists")
+    base = protocol.load_config(base_config)
+    cfg = protocol.load_config({"settings": base.settings, "radius_scale": base.fields["radius_scale"]})
+    data = protocol.load_data(data_dir, synthetic, cache)
     record: dict[str, Any] = {}
     for obj in objectives:
         entry: dict[str, Any] = {}
@@ -224,10 +210,10 @@ def tune_movielens(
                 budget_seconds if radius_budget_seconds is None else radius_budget_seconds
             )
             entry["radius"]["mean_val_worst"] = {f"{s:g}": v for s, v in means.items()}
-            cfg.radius_scale[obj] = scale
+            cfg.set_field("radius_scale", obj, scale)
         elif radius_scale is not None:
-            cfg.radius_scale[obj] = float(radius_scale)
-        completion = completion_problem(data, obj, cfg.radius_scale[obj], batch=batch, structured=True)
+            cfg.set_field("radius_scale", obj, radius_scale)
+        completion = completion_problem(data, obj, cfg.fields["radius_scale"][obj], batch=batch, structured=True)
         refs = reference_scales(completion, seed_list)
         entry["references"] = refs
         entry["methods"] = {}
@@ -259,7 +245,7 @@ def tune_movielens(
 
             resolve_search(search)(grids[name], score)
             best = min(tried, key=lambda t: t["mean"])  # first of equals: the search's order breaks ties
-            cfg.settings[obj][name] = check_settings(name, best["settings"])
+            cfg.set(obj, name, best["settings"])
             # A choice at the end of its grid suggests extending the grid (the paper did so for several methods).
             edge = grid_edges(grids[name], best["grid"])
             entry["methods"][name] = {"chosen": best["grid"], "at_grid_edge": edge, "candidates": tried}

@@ -31,67 +31,25 @@ validation split by :func:`select_settings` (never on test) and frozen in
 """
 
 from fullcomp.experiments.pauc.cli import add_arguments, run_from_args
-from fullcomp.experiments.pauc.config import (
-    DATASETS,
-    DEFAULT_BUDGETS,
-    DEFAULT_CONFIG,
-    DEFAULT_GRIDS,
-    FINAL_SEEDS,
-    LAMBDA0,
-    METHODS,
-    PROTOCOL,
-    TUNING_SEEDS,
-    Workload,
-    check_settings,
-    dataset_name,
-    grid_settings,
-    load,
-    load_config,
-    method_names,
-)
-from fullcomp.experiments.pauc.problem import (
-    MARGIN,
-    RHO,
-    THRESHOLD,
-    PAUCModel,
-    PAUCProblem,
-    mlp_encoder,
-    pauc_problem,
-    primal_objective,
-    scores,
-)
+from fullcomp.experiments.pauc.config import METHODS, PROTOCOL, SCHEMA, Workload, check_settings, load, load_config
+from fullcomp.experiments.pauc.problem import PAUCProblem, pauc_problem, primal_objective, scores
 from fullcomp.experiments.pauc.runs import bench_pauc, evaluate, run_method, select_settings
-from fullcomp.experiments.pauc.tables import COLUMNS, PAUCRun, find_protocol_runs, plots, summarize, tables
+from fullcomp.experiments.pauc.tables import COLUMNS, PAUCRun, plots, summarize, tables
 
 __all__ = [
     "COLUMNS",
-    "DATASETS",
-    "DEFAULT_BUDGETS",
-    "DEFAULT_CONFIG",
-    "DEFAULT_GRIDS",
-    "FINAL_SEEDS",
-    "LAMBDA0",
-    "MARGIN",
     "METHODS",
-    "PAUCModel",
     "PAUCProblem",
     "PAUCRun",
     "PROTOCOL",
-    "RHO",
-    "THRESHOLD",
-    "TUNING_SEEDS",
+    "SCHEMA",
     "Workload",
     "add_arguments",
     "bench_pauc",
     "check_settings",
-    "dataset_name",
     "evaluate",
-    "find_protocol_runs",
-    "grid_settings",
     "load",
     "load_config",
-    "method_names",
-    "mlp_encoder",
     "pauc_problem",
     "plots",
     "primal_objective",

@@ -8,14 +8,7 @@ from pathlib import Path
 
 import torch
 
-from fullcomp.experiments.harness import (
-    add_config,
-    add_methods,
-    add_no_progress,
-    add_positive,
-    add_seeds,
-    write_report,
-)
+from fullcomp.experiments import harness
 from fullcomp.experiments.pauc.config import (
     DEFAULT_BUDGETS,
     DEFAULT_CONFIG,
@@ -36,11 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fullcomp bench pauc-fairness`` (see :func:`run_from_args`)."""
     parser.add_argument("--data", required=True, help="folder with adult.data + adult.test, or with german.data")
     parser.add_argument("--out", default="runs/pauc", help="output folder (default runs/pauc)")
-    add_seeds(parser, FINAL_SEEDS, "e.g. 2000-2002 (default) or 1,2")
-    add_methods(parser, method_names, f"comma-separated subset of {','.join(METHODS)}")
-    add_positive(parser, "--iters", int, None, "iterations per run (default: the configuration's)")
-    add_positive(parser, "--eval-every", int, 50, "iterations between evaluations (default 50)")
-    add_config(parser, DEFAULT_CONFIG)
+    harness.add_seeds(parser, FINAL_SEEDS, "e.g. 2000-2002 (default) or 1,2")
+    harness.add_methods(parser, method_names, f"comma-separated subset of {','.join(METHODS)}")
+    harness.add_positive(parser, "--iters", int, None, "iterations per run (default: the configuration's)")
+    harness.add_positive(parser, "--eval-every", int, 50, "iterations between evaluations (default 50)")
+    harness.add_config(parser, DEFAULT_CONFIG)
     parser.add_argument(
         "--select",
         action="store_true",
@@ -48,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "them to --config (default OUT/pauc-config.json), then run the seeds with them",
     )
     tuning_help = "seeds of the --select runs (default 1000), distinct from the reported --seeds"
-    add_seeds(parser, TUNING_SEEDS, tuning_help, flag="--tuning-seeds")
-    add_no_progress(parser)
+    harness.add_seeds(parser, TUNING_SEEDS, tuning_help, flag="--tuning-seeds")
+    harness.add_no_progress(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -61,15 +54,15 @@ def run_from_args(args: argparse.Namespace) -> int:
     config = args.config
     if args.select:
         config = config or str(Path(args.out) / "pauc-config.json")
-        budget = None
+        workload = None
         if args.iters is not None:
             base = DEFAULT_BUDGETS.get(data.name, Workload(500))
-            budget = Workload(args.iters, base.batch_pos, base.batch_neg)
+            workload = Workload(args.iters, base.batch_pos, base.batch_neg)
         select_settings(
             data,
             args.methods,
             seeds=args.tuning_seeds,
-            budget=budget,
+            workload=workload,
             config_path=config,
             base_config=args.config if args.config and Path(args.config).is_file() else None,
             log=log,
@@ -89,6 +82,6 @@ def run_from_args(args: argparse.Namespace) -> int:
         log=log,
     )
     log(f"runs on {data.name}: {time.perf_counter() - bench_started:.1f} s wall")
-    write_report(args.out, tables, plots)
+    harness.write_report(args.out, tables, plots)
     log(f"total: {time.perf_counter() - started:.1f} s wall")
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,10 +15,11 @@ from fullcomp.algorithms.smag import smag
 from fullcomp.datasets.tabular import TabularData, adult, german_credit
 from fullcomp.errors import DataError, OptionError
 from fullcomp.experiments.harness import (
+    ConfigSchema,
+    ProtocolConfig,
     ProtocolMethod,
-    check_dataset_settings,
     check_keys,
-    read_config,
+    positive_number,
     select_methods,
 )
 
@@ -102,10 +102,11 @@ def check_settings(method: str, settings: Any) -> dict[str, Any]:
     keys = check_keys(method, settings, METHODS)
     out = {}
     for k in keys:
-        v = settings[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise OptionError(f"setting {k} of {method} must be a positive number, got {v!r}")
-        out[k] = int(v) if k == "epoch_iters" else float(v)
+        try:
+            v = positive_number(settings[k])
+        except OptionError as exc:
+            raise OptionError(f"setting {k} of {method} {exc}") from None
+        out[k] = int(v) if k == "epoch_iters" else v
     return out
 
 
@@ -158,10 +159,28 @@ DEFAULT_BUDGETS = {"adult": Workload(700), "german-credit": Workload(250, 32, 32
 # ----------------------------------------------------------------------------------------------- config
 
 
-def load_config(config: str | os.PathLike | dict | None = None) -> dict[str, Any]:
-    """The frozen settings: a JSON path, a dict, or None (the committed ``configs/pauc.json``).
+def budget_field(value: Any) -> dict[str, int]:
+    """A data set's ``budgets`` entry, checked as a :class:`Workload`."""
+    if not isinstance(value, dict) or set(value) - {"iters", "batch_pos", "batch_neg"}:
+        raise OptionError(f"must be {{'iters': n, 'batch_pos': n, 'batch_neg': n}}, got {value!r}")
+    return vars(Workload(**value))
 
-    Layout: ``{"settings": {dataset: {method: {...}}}, "budgets": {dataset: {...}}, ...provenance}``.
-    """
-    data, origin = read_config(config, DEFAULT_CONFIG, "write one with select_settings (--select)")
-    return check_dataset_settings(data, origin, check_settings)
+
+#: ``settings[dataset][method]`` and ``budgets[dataset]`` (a :class:`Workload` as a dict).
+SCHEMA = ConfigSchema(
+    DEFAULT_CONFIG,
+    "write one with select_settings (--select)",
+    check_settings,
+    fields={"budgets": budget_field},
+)
+
+
+#: The frozen settings: a JSON path, a dict, a ProtocolConfig or None (the committed ``configs/pauc.json``).
+load_config = SCHEMA.load
+
+
+def configured_workload(config: ProtocolConfig, dataset: str) -> Workload:
+    """The configured iterations and batch sizes on ``dataset`` (else :data:`DEFAULT_BUDGETS`')."""
+    if dataset in config.fields["budgets"]:
+        return Workload(**config.fields["budgets"][dataset])
+    return DEFAULT_BUDGETS.get(dataset, Workload(500))

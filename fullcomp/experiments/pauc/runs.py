@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import time
@@ -17,23 +16,20 @@ from torch import nn
 
 from fullcomp.datasets.tabular import TabularData
 from fullcomp.errors import FullcompError, OptionError
-from fullcomp.experiments.harness import (
-    Search,
-    check_seeds,
-    emit,
-    grid_edges,
-    resolve_search,
-)
+from fullcomp.experiments.harness import ProtocolConfig, Search, check_seeds, emit, grid_edges, resolve_search
 from fullcomp.experiments.pauc.config import (
     DEFAULT_BUDGETS,
+    DEFAULT_CONFIG,
     DEFAULT_GRIDS,
     FINAL_SEEDS,
     LAMBDA0,
     METHODS,
     PROTOCOL,
+    SCHEMA,
     TUNING_SEEDS,
     Workload,
     check_settings,
+    configured_workload,
     grid_settings,
     load,
     load_config,
@@ -41,7 +37,7 @@ from fullcomp.experiments.pauc.config import (
 )
 from fullcomp.experiments.pauc.problem import MARGIN, RHO, THRESHOLD, pauc_problem, scores
 from fullcomp.metrics import fairness_report
-from fullcomp.run import Result, write_atomic
+from fullcomp.run import Result
 
 
 def evaluate(model: nn.Module, data: TabularData, splits: Sequence[str] = ("val", "test")) -> dict[str, float]:
@@ -59,7 +55,7 @@ def run_method(
     data: TabularData,
     settings: dict[str, Any],
     seed: int,
-    budget: Workload,
+    workload: Workload,
     *,
     eval_every: int | None = 50,
     splits: Sequence[str] = ("val", "test"),
@@ -75,7 +71,12 @@ def run_method(
     settings = check_settings(method, settings)
     alpha = settings["alpha"] if "alpha" in spec.protocol_keys else 0.0
     declared = pauc_problem(
-        data.train.X, data.train.y, data.train.a, alpha=alpha, batch_pos=budget.batch_pos, batch_neg=budget.batch_neg
+        data.train.X,
+        data.train.y,
+        data.train.a,
+        alpha=alpha,
+        batch_pos=workload.batch_pos,
+        batch_neg=workload.batch_neg,
     )
 
     def callback(iterate: Any) -> dict:
@@ -85,7 +86,7 @@ def run_method(
     result = spec.run(
         declared.problem,
         settings,
-        iters=budget.iters,
+        iters=workload.iters,
         seed=seed,
         callback=callback,
         eval_every=eval_every or 10**9,
@@ -96,20 +97,10 @@ def run_method(
         row.setdefault("objective_estimate", row.get("phi_value", math.nan))
     final = result.history[-1]
     result.info.update(
-        protocol=PROTOCOL,
-        method=method,
-        label=spec.label,
+        spec.run_fields(PROTOCOL, seed, settings),
         dataset=data.name,
-        seed=seed,
-        settings=settings,
         alpha=alpha,
-        rho=RHO,
-        margin=MARGIN,
-        lambda0=LAMBDA0,
-        threshold=THRESHOLD,
-        iters=budget.iters,
-        batch_pos=budget.batch_pos,
-        batch_neg=budget.batch_neg,
+        **{"rho": RHO, "margin": MARGIN, "lambda0": LAMBDA0, "threshold": THRESHOLD, **vars(workload)},
         wall_seconds=wall,
         metrics={k: final[k] for k in final if k.startswith(("val_", "test_"))},
         torch_threads=torch.get_num_threads(),
@@ -124,13 +115,13 @@ def select_settings(
     grids: dict[str, dict[str, list]] | None = None,
     search: str | Search = "grid",
     seeds: Iterable[int] | str = TUNING_SEEDS,
-    budget: Workload | None = None,
+    workload: Workload | None = None,
     config_path: str | os.PathLike | None = None,
-    base_config: str | os.PathLike | dict | None = None,
+    base_config: str | os.PathLike | dict | ProtocolConfig | None = None,
     pauc_tolerance: float = 0.01,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> ProtocolConfig:
     """Choose each method's settings on the *validation* split and freeze them (test data is never scored).
 
     Every point of ``grids[method]`` (default :data:`DEFAULT_GRIDS`) that ``search`` visits
@@ -147,14 +138,9 @@ def select_settings(
     """
     names, seed_list = method_names(methods), check_seeds(seeds)
     grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
-    budget = budget or DEFAULT_BUDGETS.get(data.name, Workload(500))
-    try:
-        cfg = load_config(base_config)
-    except OptionError:
-        if base_config is not None:
-            raise
-        cfg = {"settings": {}}
-    cfg.setdefault("settings", {}).setdefault(data.name, {})
+    workload = workload or DEFAULT_BUDGETS.get(data.name, Workload(500))
+    has_default = base_config is not None or DEFAULT_CONFIG.is_file()
+    cfg = load_config(base_config) if has_default else SCHEMA.empty()
     record: dict[str, Any] = {}
     started = time.perf_counter()
     for name in names:
@@ -170,7 +156,7 @@ def select_settings(
             paucs, eods = [], []
             for seed in seed_list:
                 try:
-                    result = run_method(name, data, settings, seed, budget, eval_every=None, splits=("val",))
+                    result = run_method(name, data, settings, seed, workload, eval_every=None, splits=("val",))
                     last = result.history[-1]
                     pauc, eod = float(last["val_pauc"]), float(last["val_eod"])
                 except (FullcompError, KeyError):
@@ -190,15 +176,11 @@ def select_settings(
         top = max(t["val_pauc"] for t in tried)
         near = [t for t in tried if t["val_pauc"] >= top - pauc_tolerance]
         best = min(near, key=lambda t: t["val_eod"])  # first of equals: grid order breaks ties
-        cfg["settings"][data.name][name] = best["settings"]
+        cfg.set(data.name, name, best["settings"])
         edge = grid_edges(grids[name], best["grid"])
         record[name] = {"chosen": best["grid"], "at_grid_edge": edge, "candidates": tried}
-    cfg.setdefault("budgets", {})[data.name] = {
-        "iters": budget.iters,
-        "batch_pos": budget.batch_pos,
-        "batch_neg": budget.batch_neg,
-    }
-    cfg.setdefault("selection", {})[data.name] = {
+    cfg.set_field("budgets", data.name, vars(workload))
+    cfg.meta.setdefault("selection", {})[data.name] = {
         "criterion": "lowest mean validation EOD among the candidates whose mean validation pAUC (normalized, "
         f"FPR <= 0.3) is within {pauc_tolerance} of the method's best",
         "pauc_tolerance": pauc_tolerance,
@@ -208,9 +190,11 @@ def select_settings(
         "seconds": time.perf_counter() - started,
         "selected_at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    cfg["about"] = "Frozen pAUC-fairness settings (fullcomp.experiments.pauc), chosen on validation by select_settings."
+    cfg.meta["about"] = (
+        "Frozen pAUC-fairness settings (fullcomp.experiments.pauc), chosen on validation by select_settings."
+    )
     if config_path is not None:
-        write_atomic(config_path, json.dumps(cfg, indent=2) + "\n")
+        cfg.save(config_path)
     return cfg
 
 
@@ -220,7 +204,7 @@ def bench_pauc(
     methods: str | Iterable[str] | None = None,
     out_dir: str | os.PathLike = "runs/pauc",
     *,
-    config: str | os.PathLike | dict | None = None,
+    config: str | os.PathLike | dict | ProtocolConfig | None = None,
     iters: int | None = None,
     eval_every: int = 50,
     data: TabularData | None = None,
@@ -236,27 +220,22 @@ def bench_pauc(
     data = data if data is not None else load(data_dir)
     names, seed_list = method_names(methods), check_seeds(seeds)
     cfg = load_config(config)
-    if data.name not in cfg["settings"]:
-        raise OptionError(f"the configuration has no settings for {data.name}; run the selection first (--select)")
-    b = cfg.get("budgets", {}).get(data.name)
-    budget = Workload(**b) if b else DEFAULT_BUDGETS.get(data.name, Workload(500))
+    workload = configured_workload(cfg, data.name)
     if iters is not None:
-        budget = Workload(int(iters), budget.batch_pos, budget.batch_neg)
+        workload = Workload(int(iters), workload.batch_pos, workload.batch_neg)
     folders = []
     for name in names:
-        if name not in cfg["settings"][data.name]:
-            raise OptionError(f"the configuration has no settings for {name} on {data.name}; run the selection")
+        settings = cfg.settings_for(data.name, name)
         for seed in seed_list:
-            result = run_method(
-                name, data, cfg["settings"][data.name][name], seed, budget, eval_every=eval_every, progress=progress
-            )
+            result = run_method(name, data, settings, seed, workload, eval_every=eval_every, progress=progress)
             folder = Path(out_dir) / data.name / name / f"seed{seed}"
             result.save(folder)
             folders.append(folder)
             m = result.info["metrics"]
             emit(
                 log,
-                f"{data.name}/{name}/seed{seed}: {budget.iters} iterations, {result.info['wall_seconds']:.1f} s wall, "
+                f"{data.name}/{name}/seed{seed}: {workload.iters} iterations, "
+                f"{result.info['wall_seconds']:.1f} s wall, "
                 f"test pAUC {m['test_pauc']:.4f} EOD {m['test_eod']:.4f} EOP {m['test_eop']:.4f} DP {m['test_dp']:.4f}",
             )
     return folders

@@ -10,14 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.experiments.harness import (
-    TableFiles,
-    best_mean,
-    by_seed,
-    cell,
-    seed_columns,
-    write_tables,
-)
+from fullcomp.experiments import harness
 from fullcomp.experiments.pauc.config import METHODS, PROTOCOL
 from fullcomp.report import mean_sd, protocol_runs
 from fullcomp.run import History
@@ -61,7 +54,7 @@ def _grouped(runs: list[PAUCRun]) -> list[tuple[str, str, list[PAUCRun]]]:
         groups.setdefault((str(run.summary["dataset"]), str(run.summary["method"])), []).append(run)
     rank = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (k[0], rank.get(k[1], 99)))
-    return [(d, m, by_seed(groups[(d, m)])) for d, m in keys]
+    return [(d, m, harness.by_seed(groups[(d, m)])) for d, m in keys]
 
 
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -73,7 +66,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
             "dataset": dataset,
             "method": method,
             "label": METHODS[method].label if method in METHODS else method,
-            **seed_columns(runs),
+            **harness.seed_columns(runs),
             "iters": runs[0].summary.get("iters"),
         }
         for key, _, _ in COLUMNS:
@@ -87,35 +80,32 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+#: What the Markdown tables show, above them.
+ABOUT = (
+    "Mean ± sample SD over seeds of the final model on the test split. pAUC: one-way partial AUC with "
+    "FPR <= 0.3, normalized to [0, 1] (pair count over the ceil(0.3 n-) highest-scored negatives); McClish: "
+    "scikit-learn's roc_auc_score(max_fpr=0.3). EOD = max(|ΔTPR|, |ΔFPR|), EOP = |ΔTPR|, DP = |ΔPR| between "
+    "the sensitive groups at threshold 0.5 on sigmoid scores (lower is better). Bold: best mean per column "
+    "(no significance claim)."
+)
+
+
 def _markdown(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "# pAUC-fairness protocol tables",
-        "",
-        "Mean ± sample SD over seeds of the final model on the test split. pAUC: one-way partial AUC with "
-        "FPR <= 0.3, normalized to [0, 1] (pair count over the ceil(0.3 n-) highest-scored negatives); McClish: "
-        "scikit-learn's roc_auc_score(max_fpr=0.3). EOD = max(|ΔTPR|, |ΔFPR|), EOP = |ΔTPR|, DP = |ΔPR| between "
-        "the sensitive groups at threshold 0.5 on sigmoid scores (lower is better). Bold: best mean per column "
-        "(no significance claim).",
-    ]
-    for dataset in sorted({r["dataset"] for r in rows}):
-        block = [r for r in rows if r["dataset"] == dataset]
+    lines = ["# pAUC-fairness protocol tables", "", ABOUT]
+    for dataset, block in harness.grouped(rows, "dataset"):
         lines += ["", f"## {dataset} ({block[0]['iters']} iterations per run)", ""]
-        lines.append("| Method | Seeds | " + " | ".join(t for _, t, _ in COLUMNS) + " | pAUC rank |")
-        lines.append("|---|---:|" + "---:|" * (len(COLUMNS) + 1))
-        best = {key: best_mean(block, key, higher) for key, _, higher in COLUMNS}
-        for r in block:
-            cells = [
-                cell(r[f"{k}_mean"], r[f"{k}_sd"], 1 if k == "wall_seconds" else 4, r[f"{k}_mean"] == best[k])
-                for k, _, _ in COLUMNS
-            ]
-            lines.append(f"| {r['label']} | {r['n_seeds']} | " + " | ".join(cells) + f" | {r['rank_pauc']} |")
+        digits = {key: 1 if key == "wall_seconds" else 4 for key, _, _ in COLUMNS}
+        best = {key: harness.best_mean(block, key, higher) for key, _, higher in COLUMNS}
+        header = ["Method", "Seeds", *(title for _, title, _ in COLUMNS), "pAUC rank"]
+        body = ([r["label"], r["n_seeds"], *harness.mean_cells(r, digits, best), r["rank_pauc"]] for r in block)
+        lines += harness.markdown_table(header, body)
     return "\n".join(lines) + "\n"
 
 
-def tables(out_dir: str | os.PathLike) -> TableFiles:
+def tables(out_dir: str | os.PathLike) -> harness.TableFiles:
     """Write ``out_dir/tables.csv`` and ``out_dir/tables.md`` (Table 3's columns per data set) and return them."""
     rows = summarize(out_dir)
-    return write_tables(out_dir, "tables", rows, _markdown(rows))
+    return harness.write_tables(out_dir, "tables", rows, _markdown(rows))
 
 
 def plots(out_dir: str | os.PathLike) -> list[Path]:
@@ -163,8 +153,5 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
         axes[2].grid(alpha=0.3)
         axes[0].legend(fontsize="small")
         fig.suptitle(f"{dataset}: partial AUC vs disparity (mean ± sample SD over seeds)")
-        path = Path(out_dir) / dataset / "pauc_fairness.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        saved.append(path)
+        saved.append(harness.save_figure(fig, Path(out_dir) / dataset / "pauc_fairness.png", dpi=110))
     return saved

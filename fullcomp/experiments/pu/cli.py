@@ -10,28 +10,22 @@ import torch
 
 from fullcomp.datasets.pu import RIDGE
 from fullcomp.errors import OptionError
-from fullcomp.experiments.harness import (
-    add_config,
-    add_methods,
-    add_no_progress,
-    add_seeds,
-    add_typed,
-    argparse_type,
-    write_report,
+from fullcomp.experiments import harness
+from fullcomp.experiments.pu.config import (
+    BATCH,
+    DATASETS,
+    DEFAULT_CONFIG,
+    EPOCHS,
+    FINAL_SEEDS,
+    METHODS,
+    Workload,
+    method_names,
 )
-from fullcomp.experiments.pu.config import BATCH, DATASETS, DEFAULT_CONFIG, EPOCHS, FINAL_SEEDS, METHODS, method_names
 from fullcomp.experiments.pu.runs import bench_pu, gamma_ablation
 from fullcomp.experiments.pu.tables import plots, tables
 from fullcomp.experiments.pu.tuning import tune_pu
 
 # ------------------------------------------------------------------------------------------------- CLI
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise OptionError(f"expected a positive integer, got {text}")
-    return value
 
 
 def _floats(text: str) -> list[float]:
@@ -47,16 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "CIFAR-10 python batches, fer2013.csv); omit for scikit-learn's digits")  # fmt: skip
     parser.add_argument("--dataset", choices=("auto", *DATASETS), default="auto", help="default: from the files")
     parser.add_argument("--out", default="runs/pu", help="output folder (default runs/pu)")
-    add_seeds(parser, FINAL_SEEDS, "default 0-3 (4 trials)")
-    add_methods(parser, method_names, f"subset of {','.join(METHODS)} (default all)")
-    add_typed(parser, "--epochs", _positive_int, EPOCHS, "passes over S_u (default 40)")
-    add_typed(parser, "--iters", _positive_int, None, "optional cap on iterations per run")
-    add_typed(parser, "--batch", _positive_int, BATCH, "points of S_+ and S_u per draw (64)")
+    harness.add_seeds(parser, FINAL_SEEDS, "default 0-3 (4 trials)")
+    harness.add_methods(parser, method_names, f"subset of {','.join(METHODS)} (default all)")
+    harness.add_positive(parser, "--epochs", int, EPOCHS, "passes over S_u (default 40)")
+    harness.add_positive(parser, "--iters", int, None, "optional cap on iterations per run")
+    harness.add_positive(parser, "--batch", int, BATCH, "points of S_+ and S_u per draw (64)")
     parser.add_argument("--ridge", type=float, default=RIDGE, help="lambda of lambda/2 ||w||^2 (default 0.01)")
-    add_config(parser, DEFAULT_CONFIG)
+    harness.add_config(parser, DEFAULT_CONFIG)
     parser.add_argument(
         "--gamma-ablation",
-        type=argparse_type(_floats),
+        type=harness.argparse_type(_floats),
         default=None,
         metavar="GAMMAS",
         help="instead of the methods, run SMAG for each gamma, e.g. 0.05,0.1,0.2,0.5,1,2 (Figure 2)",
@@ -70,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="grid",
         help="with --tune: the full grids (default) or two axis-by-axis sweeps over them",
     )
-    add_typed(parser, "--threads", _positive_int, 1, "torch threads (default 1: the batches are small)")
-    add_no_progress(parser)
+    harness.add_positive(parser, "--threads", int, 1, "torch threads (default 1: the batches are small)")
+    harness.add_no_progress(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -79,7 +73,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     tables and plots of ``--out``; prints one line per run, the wall time and the files written."""
     log = lambda line: print(line, flush=True)  # noqa: E731
     torch.set_num_threads(args.threads)
-    common = dict(epochs=args.epochs, iters=args.iters, batch=args.batch, ridge=args.ridge)
+    common = dict(workload=Workload(args.epochs, args.iters, args.batch, ridge=args.ridge))
     started = time.perf_counter()
     if args.tune:
         path = args.config or DEFAULT_CONFIG
@@ -94,5 +88,5 @@ def run_from_args(args: argparse.Namespace) -> int:
         bench_pu(args.data, args.dataset, args.seeds, args.methods, args.out, config=args.config,
                  progress=not args.no_progress, log=log, **common)  # fmt: skip
     print(f"wall time {time.perf_counter() - started:.1f} s")
-    write_report(args.out, tables, plots)
+    harness.write_report(args.out, tables, plots)
     return 0

@@ -14,15 +14,9 @@ from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.smag import smag
 from fullcomp.datasets import images
 from fullcomp.datasets.images import ImageData
-from fullcomp.datasets.pu import PUData, pu_split
+from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, pu_split
 from fullcomp.errors import DataError, OptionError
-from fullcomp.experiments.harness import (
-    ProtocolMethod,
-    check_dataset_settings,
-    check_keys,
-    read_config,
-    select_methods,
-)
+from fullcomp.experiments.harness import ConfigSchema, ProtocolMethod, check_keys, select_methods
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.run import Result
 
@@ -96,49 +90,45 @@ def load_pu(dataset: str | None, path: str | os.PathLike | None) -> tuple[str, P
     return key, pu_split(spec.loader(path))
 
 
-def batches_per_epoch(data: PUData, batch: int = BATCH) -> int:
-    """Iterations per epoch: one pass over the unlabeled set S_u (the larger of S_+ and S_u)."""
-    return math.ceil(len(data.unlabeled) / batch)
+@dataclass(frozen=True)
+class Workload:
+    """What a run does, the same for every method: ``epochs`` passes over S_u (capped at ``iters``
+    iterations in smoke runs), ``batch`` points of S_+ and of S_u per draw, the class prior pi_p and
+    the ridge lambda of lambda/2 ||w||^2."""
+
+    epochs: int = EPOCHS
+    iters: int | None = None
+    batch: int = BATCH
+    prior: float = PRIOR
+    ridge: float = RIDGE
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "iters", "batch"):
+            v = getattr(self, name)
+            if not (v is None and name == "iters") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise OptionError(f"{name} must be a positive int, got {v!r}")
+        if not 0 < self.prior < 1:
+            raise OptionError(f"prior must lie in (0, 1), got {self.prior!r}")
+        if not (math.isfinite(self.ridge) and self.ridge >= 0):
+            raise OptionError(f"ridge must be a finite number >= 0, got {self.ridge!r}")
+
+    def per_epoch(self, data: PUData) -> int:
+        """Iterations per epoch: one pass over the unlabeled set S_u (the larger of S_+ and S_u)."""
+        return math.ceil(len(data.unlabeled) / self.batch)
 
 
 # --------------------------------------------------------------------------------------------- methods
 
 
-def smag_run(
-    problem: DMaxProblem,
-    *,
-    gamma: float,
-    eta0: float,
-    eta1: float,
-    iters: int,
-    decay: Callable[[int], float] | None = None,
-    seed: int = 0,
-    callback: Callable | None = None,
-    eval_every: int | None = None,
-    progress: bool = False,
-) -> Result:
-    """SMAG (Algorithm 2) with the protocol's learning-rate decay: ``fc.smag(..., decay=decay)``.
-
-    The updates are exactly ``fc.smag``'s, with eta0 and eta1 both multiplied by ``decay(k)``.
-    The output (``x``) is x_phi, as Algorithm 2 returns; ``x_t`` is the outer iterate.
-    """
+def smag_run(problem: DMaxProblem, **options: Any) -> Result:
+    """``fc.smag(problem, **options)`` (Algorithm 2) returning x_phi, as Algorithm 2 does; ``x_t`` is the outer
+    iterate.  The protocol passes ``decay``: eta0 and eta1 both decay, since the analysis takes eta0
+    proportional to eta1, and decaying eta1 alone lets x run ahead of the slowed proximal estimates
+    (measured on digits: x_t's objective then grows)."""
     with warnings.catch_warnings():
         # The grid includes eta1 > gamma/2, outside the analysis; the tuning decides, not a warning per run.
         warnings.simplefilter("ignore", UserWarning)
-        # Both rates decay: the analysis takes eta0 proportional to eta1, and decaying eta1 alone lets x run
-        # ahead of the slowed proximal estimates (measured on digits: x_t's objective then grows).
-        res = smag(
-            problem,
-            gamma=gamma,
-            eta0=eta0,
-            eta1=eta1,
-            decay=decay,
-            iters=iters,
-            seed=seed,
-            callback=callback,
-            eval_every=eval_every,
-            progress=progress,
-        )
+        res = smag(problem, **options)
     return Result(res.x_phi, res.history, {**res.info, "output": "x_phi"}, x_t=res.x, x_psi=res.x_psi)
 
 
@@ -167,18 +157,12 @@ def check_settings(method: str, settings: Any) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------- config
 
 
-def load_config(config: str | os.PathLike | dict | None = None) -> dict[str, Any]:
-    """The frozen settings: a path to JSON, a dict, or None (the committed ``configs/pu.json``)."""
-    data, origin = read_config(config, DEFAULT_CONFIG, "pass the JSON written by tune_pu")
-    return check_dataset_settings(data, origin, check_settings)
+#: ``settings[dataset][method]``; a data set it was not tuned on takes the MNIST-5k settings.
+SCHEMA = ConfigSchema(DEFAULT_CONFIG, "pass the JSON written by tune_pu", check_settings, fallback=FALLBACK_DATASET)
 
 
-def settings_for(config: dict[str, Any], dataset: str, method: str) -> tuple[dict[str, Any], str]:
-    """(settings, data set they were tuned on): the data set's own, else :data:`FALLBACK_DATASET`'s."""
-    for key in (dataset, FALLBACK_DATASET):
-        if method in config["settings"].get(key, {}):
-            return dict(config["settings"][key][method]), key
-    raise OptionError(f"the configuration has no settings for {method} (on {dataset} or {FALLBACK_DATASET})")
+#: The frozen settings: a JSON path, a dict, a ProtocolConfig or None (the committed ``configs/pu.json``).
+load_config = SCHEMA.load
 
 
 #: Section 5.1's grids.  "eta" (eta1 for SMAG) is the learning rate of every method; "outer" of SDCA and

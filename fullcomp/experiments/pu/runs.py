@@ -12,26 +12,20 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.dc import StepDecay
-from fullcomp.datasets.pu import PRIOR, RIDGE, PUData, accuracy, pu_problem, pu_risk
+from fullcomp.datasets.pu import PUData, accuracy, pu_problem, pu_risk
 from fullcomp.errors import OptionError, OracleError
-from fullcomp.experiments.harness import (
-    check_seeds,
-    emit,
-)
+from fullcomp.experiments.harness import ProtocolConfig, check_seeds, emit
 from fullcomp.experiments.pu.config import (
-    BATCH,
     DECAY_AT,
-    EPOCHS,
     FINAL_SEEDS,
     METHODS,
     PROTOCOL,
     PROX,
-    batches_per_epoch,
+    Workload,
     check_settings,
     load_config,
     load_pu,
     method_names,
-    settings_for,
 )
 from fullcomp.run import Result
 
@@ -62,34 +56,32 @@ def run_method(
     data: PUData,
     settings: dict[str, Any],
     seed: int,
+    workload: Workload = Workload(),
     *,
-    epochs: int = EPOCHS,
-    iters: int | None = None,
-    batch: int = BATCH,
-    prior: float = PRIOR,
-    ridge: float = RIDGE,
     evaluate: bool = True,
     progress: bool = False,
 ) -> Result:
-    """One protocol run of ``method`` from w = 0; ``iters`` caps the ``epochs`` budget (tests, smoke runs).
+    """One protocol run of ``method`` from w = 0 under ``workload``.
 
     With ``evaluate`` the objective, risk and accuracies are recorded after every epoch (else only at the
     start and the end).  ``result.info`` gains the fields :func:`tables` reads.
     """
+    spec = METHODS[method]
     settings = check_settings(method, settings)
-    problem = pu_problem(data, prior, batch, ridge)
-    per_epoch = batches_per_epoch(data, batch)
-    total = epochs * per_epoch if iters is None else min(iters, epochs * per_epoch)
-    decay = StepDecay(tuple(round(f * epochs * per_epoch) for f in DECAY_AT))
+    w = workload
+    problem = pu_problem(data, w.prior, w.batch, w.ridge)
+    per_epoch = w.per_epoch(data)
+    total = w.epochs * per_epoch if w.iters is None else min(w.iters, w.epochs * per_epoch)
+    decay = StepDecay(tuple(round(f * w.epochs * per_epoch) for f in DECAY_AT))
     wall = time.perf_counter()
     try:
-        result = METHODS[method].run(
+        result = spec.run(
             problem,
             settings,
             iters=total,
             decay=decay,
             seed=seed,
-            callback=evaluator(data, prior, ridge, per_epoch),
+            callback=evaluator(data, w.prior, w.ridge, per_epoch),
             eval_every=per_epoch if evaluate else 10**9,
             progress=progress,
         )
@@ -104,19 +96,15 @@ def run_method(
         result.history.append({**diverged, "train_accuracy": math.nan, "test_accuracy": math.nan})
         result.info["diverged_at"] = k
     result.info.update(
-        protocol=PROTOCOL,
-        method=method,
-        label=METHODS[method].label,
+        spec.run_fields(PROTOCOL, seed, settings),
         data=data.name,
-        seed=seed,
-        settings=settings,
-        epochs=epochs,
+        epochs=w.epochs,
         batches_per_epoch=per_epoch,
         budget_iters=total,
         decay_at=list(decay.milestones),
-        batch=batch,
-        prior=prior,
-        ridge=ridge,
+        batch=w.batch,
+        prior=w.prior,
+        ridge=w.ridge,
         n_positive=len(data.positive),
         n_unlabeled=len(data.unlabeled),
         wall_seconds=time.perf_counter() - wall,
@@ -134,6 +122,13 @@ def _line(folder: Path, result: Result) -> str:
     )
 
 
+def _save(result: Result, folder: Path, key: str, tuned_on: str, log: Callable[[str], None] | None) -> Path:
+    result.info.update(dataset=key, tuned_on=tuned_on)
+    folder = result.save(folder)
+    emit(log, _line(folder, result))
+    return folder
+
+
 def bench_pu(
     data_dir: str | os.PathLike | None = None,
     dataset: str | None = None,
@@ -141,12 +136,8 @@ def bench_pu(
     methods: str | Iterable[str] | None = None,
     out_dir: str | os.PathLike = "runs/pu",
     *,
-    config: str | os.PathLike | dict | None = None,
-    epochs: int = EPOCHS,
-    iters: int | None = None,
-    batch: int = BATCH,
-    prior: float = PRIOR,
-    ridge: float = RIDGE,
+    config: str | os.PathLike | dict | ProtocolConfig | None = None,
+    workload: Workload = Workload(),
     progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> list[Path]:
@@ -160,8 +151,8 @@ def bench_pu(
     methods : names from :data:`METHODS` (default all six), a list or a comma-separated string.
     config : frozen settings (default the committed ``configs/pu.json``); a data set it was not
         tuned on gets the MNIST-5k settings.
-    epochs : passes over S_u (default 40); iters : optional cap on iterations per run.
-    batch, prior, ridge : 64 points of S_+ and of S_u per draw, pi_p = 0.5, lambda = 0.01.
+    workload : epochs (default 40 passes over S_u), an optional cap on iterations per run, 64 points
+        of S_+ and of S_u per draw, pi_p = 0.5 and lambda = 0.01.
 
     Returns the run folders in run order.  Every run folder holds history.csv (one row per epoch),
     summary.json and x.npy (the output w).
@@ -170,18 +161,12 @@ def bench_pu(
     names, seed_list, cfg = method_names(methods), check_seeds(seeds), load_config(config)
     folders = []
     for name in names:
-        settings, tuned_on = settings_for(cfg, key, name)
+        tuned_on = cfg.tuned_on(key, name)
         if tuned_on != key:
             emit(log, f"note: {name} uses the settings tuned on {tuned_on}")
         for seed in seed_list:
-            result = run_method(
-                name, data, settings, seed, epochs=epochs, iters=iters, batch=batch, prior=prior, ridge=ridge,
-                progress=progress,
-            )  # fmt: skip
-            result.info.update(dataset=key, tuned_on=tuned_on)
-            folder = result.save(Path(out_dir) / key / name / f"seed{seed}")
-            folders.append(folder)
-            emit(log, _line(folder, result))
+            result = run_method(name, data, cfg.settings_for(key, name), seed, workload, progress=progress)
+            folders.append(_save(result, Path(out_dir) / key / name / f"seed{seed}", key, tuned_on, log))
     return folders
 
 
@@ -192,12 +177,8 @@ def gamma_ablation(
     seeds: Iterable[int] | str = FINAL_SEEDS,
     out_dir: str | os.PathLike = "runs/pu",
     *,
-    config: str | os.PathLike | dict | None = None,
-    epochs: int = EPOCHS,
-    iters: int | None = None,
-    batch: int = BATCH,
-    prior: float = PRIOR,
-    ridge: float = RIDGE,
+    config: str | os.PathLike | dict | ProtocolConfig | None = None,
+    workload: Workload = Workload(),
     log: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Figure 2: SMAG with each gamma (default Section 5.1's grid), eta0 and eta1 as configured.
@@ -205,19 +186,16 @@ def gamma_ablation(
     Runs go to ``out_dir/<dataset>/smag-gamma/gamma<g>/seed<k>/``.
     """
     key, data = load_pu(dataset, data_dir)
-    base, tuned_on = settings_for(load_config(config), key, "smag")
+    cfg = load_config(config)
+    tuned_on, base = cfg.tuned_on(key, "smag"), cfg.settings_for(key, "smag")
     folders = []
     for gamma in gammas:
         gamma = float(gamma)
         if not (math.isfinite(gamma) and gamma > 0):
             raise OptionError(f"gammas must be positive numbers, got {gamma!r}")
         for seed in check_seeds(seeds):
-            settings = {**base, "gamma": gamma}
-            result = run_method(
-                "smag", data, settings, seed, epochs=epochs, iters=iters, batch=batch, prior=prior, ridge=ridge
-            )
-            result.info.update(dataset=key, tuned_on=tuned_on, ablation="gamma")
-            folder = result.save(Path(out_dir) / key / "smag-gamma" / f"gamma{gamma:g}" / f"seed{seed}")
-            folders.append(folder)
-            emit(log, _line(folder, result))
+            result = run_method("smag", data, {**base, "gamma": gamma}, seed, workload)
+            result.info["ablation"] = "gamma"
+            folder = Path(out_dir) / key / "smag-gamma" / f"gamma{gamma:g}" / f"seed{seed}"
+            folders.append(_save(result, folder, key, tuned_on, log))
     return folders

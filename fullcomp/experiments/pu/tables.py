@@ -10,14 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.experiments.harness import (
-    TableFiles,
-    best_mean,
-    by_seed,
-    cell,
-    seed_columns,
-    write_tables,
-)
+from fullcomp.experiments import harness
 from fullcomp.experiments.pu.config import METHODS, PROTOCOL
 from fullcomp.report import protocol_runs
 from fullcomp.run import History
@@ -81,6 +74,8 @@ COLUMNS = (
     ("test_accuracy", "Test accuracy", 3),
     ("wall_seconds", "Seconds/run", 1),
 )
+DIGITS = {key: digits for key, _, digits in COLUMNS}
+TITLES = [title for _, title, _ in COLUMNS]
 
 
 def _groups(runs: list[PURun], ablation: bool) -> dict[tuple, list[PURun]]:
@@ -92,7 +87,7 @@ def _groups(runs: list[PURun], ablation: bool) -> dict[tuple, list[PURun]]:
         groups.setdefault(key, []).append(run)
     order = {m: i for i, m in enumerate(METHODS)}
     keys = sorted(groups, key=lambda k: (k[0], k[1] if ablation else order.get(k[1], 99)))
-    return {k: by_seed(groups[k]) for k in keys}
+    return {k: harness.by_seed(groups[k]) for k in keys}
 
 
 def _row(dataset: str, runs: list[PURun]) -> dict[str, Any]:
@@ -100,7 +95,7 @@ def _row(dataset: str, runs: list[PURun]) -> dict[str, Any]:
     row: dict[str, Any] = {
         "dataset": dataset,
         "data": first.get("data", ""),
-        **seed_columns(runs),
+        **harness.seed_columns(runs),
         "epochs": first.get("epochs"),
         "iterations": first.get("iterations"),
     }
@@ -127,39 +122,34 @@ def summarize(out_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], list[di
     return rows, ablation
 
 
+#: What the Markdown tables show, above them.
+ABOUT = (
+    "Final values after the last epoch, mean ± sample SD over seeds. Training objective = PU risk (7) "
+    "+ ridge/2 ||w||^2, the function every method minimizes; rank 1 = lowest mean training objective. "
+    "Bold: best mean per column (no significance claim)."
+)
+
+
 def _markdown(rows: list[dict[str, Any]], ablation: list[dict[str, Any]]) -> str:
-    lines = [
-        "# PU learning protocol tables",
-        "",
-        "Final values after the last epoch, mean ± sample SD over seeds. Training objective = PU risk (7) "
-        "+ ridge/2 ||w||^2, the function every method minimizes; rank 1 = lowest mean training objective. "
-        "Bold: best mean per column (no significance claim).",
-    ]
-    for dataset in sorted({r["dataset"] for r in rows}):
-        block = [r for r in rows if r["dataset"] == dataset]
+    lines = ["# PU learning protocol tables", "", ABOUT]
+    for _, block in harness.grouped(rows, "dataset"):
         lines += ["", f"## {block[0]['data']} ({block[0]['epochs']} epochs, {block[0]['iterations']} iterations)", ""]
-        lines.append("| Method | Seeds | Rank | " + " | ".join(title for _, title, _ in COLUMNS) + " |")
-        lines.append("|---|---:|---:|" + "---:|" * len(COLUMNS))
-        best = {key: best_mean(block, key, key == "test_accuracy") for key, _, _ in COLUMNS}
-        for r in sorted(block, key=lambda r: list(METHODS).index(r["method"]) if r["method"] in METHODS else 99):
-            cells = [cell(r[f"{k}_mean"], r[f"{k}_sd"], d, r[f"{k}_mean"] == best[k]) for k, _, d in COLUMNS]
-            lines.append(f"| {r['label']} | {r['n_seeds']} | {r['rank']} | " + " | ".join(cells) + " |")
-    for dataset in sorted({r["dataset"] for r in ablation}):
-        block = [r for r in ablation if r["dataset"] == dataset]
+        best = {key: harness.best_mean(block, key, key == "test_accuracy") for key in DIGITS}
+        block.sort(key=lambda r: list(METHODS).index(r["method"]) if r["method"] in METHODS else 99)
+        body = ([r["label"], r["n_seeds"], r["rank"], *harness.mean_cells(r, DIGITS, best)] for r in block)
+        lines += harness.markdown_table(["Method", "Seeds", "Rank", *TITLES], body)
+    for _, block in harness.grouped(ablation, "dataset"):
         lines += ["", f"## {block[0]['data']}: SMAG gamma ablation (Figure 2)", ""]
-        lines.append("| gamma | Seeds | " + " | ".join(title for _, title, _ in COLUMNS) + " |")
-        lines.append("|---:|---:|" + "---:|" * len(COLUMNS))
-        for r in block:
-            cells = [cell(r[f"{k}_mean"], r[f"{k}_sd"], d) for k, _, d in COLUMNS]
-            lines.append(f"| {r['gamma']:g} | {r['n_seeds']} | " + " | ".join(cells) + " |")
+        body = ([f"{r['gamma']:g}", r["n_seeds"], *harness.mean_cells(r, DIGITS)] for r in block)
+        lines += harness.markdown_table(["gamma", "Seeds", *TITLES], body, left=0)
     return "\n".join(lines) + "\n"
 
 
-def tables(out_dir: str | os.PathLike) -> TableFiles:
+def tables(out_dir: str | os.PathLike) -> harness.TableFiles:
     """Write ``out_dir/pu-tables.csv`` (one row per data set and method, ablation rows with their gamma)
     and ``out_dir/pu-tables.md``; returns their paths and the method rows."""
     rows, ablation = summarize(out_dir)
-    return write_tables(out_dir, "pu-tables", rows + ablation, _markdown(rows, ablation), rows)
+    return harness.write_tables(out_dir, "pu-tables", rows + ablation, _markdown(rows, ablation), rows)
 
 
 def epoch_curve(runs: list[PURun], column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -244,8 +234,5 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
             data = groups[keys[0]][0].summary.get("data", dataset)
             what = "SMAG gamma ablation" if ablation else "PU learning"
             fig.suptitle(f"{data}: {what} (mean ± sample SD over seeds)")
-            path = Path(out_dir) / dataset / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=80)
-            saved.append(path)
+            saved.append(harness.save_figure(fig, Path(out_dir) / dataset / name, dpi=80))
     return saved

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import time
@@ -13,30 +12,22 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.datasets.pu import PRIOR, RIDGE
 from fullcomp.errors import FullcompError
-from fullcomp.experiments.harness import (
-    Search,
-    check_seeds,
-    emit,
-    grid_edges,
-    resolve_search,
-)
+from fullcomp.experiments.harness import ProtocolConfig, Search, check_seeds, emit, grid_edges, resolve_search
 from fullcomp.experiments.pu.config import (
-    BATCH,
     DEFAULT_CONFIG,
-    EPOCHS,
     INNER,
     LR,
     OUTER,
     PROX,
+    SCHEMA,
     TUNING_SEEDS,
+    Workload,
     load_config,
     load_pu,
     method_names,
 )
 from fullcomp.experiments.pu.runs import run_method
-from fullcomp.run import write_atomic
 
 DEFAULT_GRIDS: dict[str, dict[str, list]] = {
     "sgd": {"eta": LR},
@@ -61,13 +52,9 @@ def tune_pu(
     search: str | Search = "grid",
     sweeps: int = 2,
     config_path: str | os.PathLike | None = DEFAULT_CONFIG,
-    epochs: int = EPOCHS,
-    iters: int | None = None,
-    batch: int = BATCH,
-    prior: float = PRIOR,
-    ridge: float = RIDGE,
+    workload: Workload = Workload(),
     log: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> ProtocolConfig:
     """Select each method's settings on ``dataset`` by mean final training objective over the tuning seeds.
 
     The points of each method's grid (default :data:`DEFAULT_GRIDS`, Section 5.1) that ``search``
@@ -81,10 +68,9 @@ def tune_pu(
     key, data = load_pu(dataset, data_dir)
     names, seed_list = method_names(methods), check_seeds(seeds)
     grids = copy.deepcopy(DEFAULT_GRIDS if grids is None else grids)
-    existing: dict[str, Any] = {"settings": {}}
-    if config_path is not None and Path(config_path).is_file():
-        existing = load_config(config_path)
-    chosen, record = {}, {}
+    has_file = config_path is not None and Path(config_path).is_file()
+    cfg = load_config(config_path) if has_file else SCHEMA.empty()
+    record = {}
     for name in names:
         grid = grids.get(name)
         if grid is None:  # a method without a grid keeps the configuration's settings
@@ -99,10 +85,7 @@ def tune_pu(
             scores = []
             for seed in seed_list:
                 try:
-                    result = run_method(
-                        name, data, settings, seed, epochs=epochs, iters=iters, batch=batch, prior=prior,
-                        ridge=ridge, evaluate=False,
-                    )  # fmt: skip
+                    result = run_method(name, data, settings, seed, workload, evaluate=False)
                     value = float(result.history[-1]["train_objective"])
                 except FullcompError:
                     value = math.inf
@@ -113,31 +96,25 @@ def tune_pu(
         resolve_search(search, sweeps)(grid, score)
         best = min(tried, key=lambda t: t["mean"])
         edge = grid_edges(grid, best["settings"])
-        chosen[name] = best["settings"]
+        cfg.set(key, name, best["settings"])
         record[name] = {"chosen": best["settings"], "at_grid_edge": edge, "candidates": tried}
         emit(
             log,
             f"tune {key}/{name}: {best['settings']} mean final training objective {best['mean']:.5f} "
             f"({len(tried)} candidates, {time.perf_counter() - started:.0f} s)",
         )
-    out = copy.deepcopy(existing)
-    out["settings"].setdefault(key, {}).update(chosen)
-    out.setdefault("tuning", {})[key] = {
+    cfg.meta["about"] = "Frozen PU protocol settings (fullcomp.experiments.pu); written by tune_pu."
+    cfg.meta.setdefault("tuning", {})[key] = {
         "data": data.name,
         "criterion": "mean final training objective (PU risk (7) + ridge) over the tuning seeds",
         "tuning_seeds": seed_list,
-        "epochs": epochs,
-        "budget_iters": iters,
-        "batch": batch,
-        "prior": prior,
-        "ridge": ridge,
+        "workload": vars(workload),
         "grids": grids,
-        "search": search,
+        "search": search if isinstance(search, str) else getattr(search, "__name__", repr(search)),
         "sweeps": sweeps if search == "coordinate" else None,
         "methods": record,
         "tuned_at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    out["about"] = "Frozen PU protocol settings (fullcomp.experiments.pu); written by tune_pu."
     if config_path is not None:
-        write_atomic(config_path, json.dumps(out, indent=1) + "\n")
-    return out
+        cfg.save(config_path)
+    return cfg

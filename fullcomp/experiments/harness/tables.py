@@ -1,0 +1,113 @@
+"""The CSV and Markdown tables of a protocol: files, cells, best means and seed columns."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fullcomp.run import write_atomic
+
+
+@dataclass
+class TableFiles:
+    """What a protocol's ``tables`` wrote: the CSV and Markdown paths and the rows themselves."""
+
+    csv: Path
+    markdown: Path
+    rows: list[dict[str, Any]]
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as CSV (``\\n`` line ends): every key of any row in order of first appearance, blank where a
+    row lacks one."""
+    buf = io.StringIO()
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def write_tables(
+    out_dir: str | os.PathLike,
+    stem: str,
+    csv_rows: Sequence[dict[str, Any]],
+    markdown: str,
+    rows: list[dict[str, Any]] | None = None,
+) -> TableFiles:
+    """Write ``out_dir/<stem>.csv`` (``csv_rows``) and ``out_dir/<stem>.md`` (``markdown``) atomically; the
+    returned :class:`TableFiles` holds ``rows`` (default the CSV rows)."""
+    out = Path(out_dir)
+    write_atomic(out / f"{stem}.csv", csv_text(csv_rows))
+    write_atomic(out / f"{stem}.md", markdown)
+    return TableFiles(out / f"{stem}.csv", out / f"{stem}.md", list(csv_rows) if rows is None else rows)
+
+
+def by_seed(runs: Iterable[Any]) -> list[Any]:
+    """Run folders (with a ``summary`` dict) sorted by their seed."""
+    return sorted(runs, key=lambda r: int(r.summary.get("seed", 0)))
+
+
+def seed_columns(runs: Sequence[Any]) -> dict[str, Any]:
+    """The ``seeds`` (space-separated) and ``n_seeds`` columns of a table row over ``runs``."""
+    return {"seeds": " ".join(str(r.summary.get("seed", "")) for r in runs), "n_seeds": len(runs)}
+
+
+def best_mean(rows: Iterable[dict[str, Any]], key: str, higher: bool | None) -> float | None:
+    """The best finite ``<key>_mean`` of ``rows`` (the highest if ``higher``, else the lowest); None where
+    ``higher`` is None (a column not ranked) or no mean is finite."""
+    means = [r[f"{key}_mean"] for r in rows if math.isfinite(r[f"{key}_mean"])]
+    if higher is None or not means:
+        return None
+    return max(means) if higher else min(means)
+
+
+def grouped(
+    rows: Iterable[dict[str, Any]], key: str, order: Iterable[Any] | None = None
+) -> list[tuple[Any, list[dict[str, Any]]]]:
+    """(value, rows) for each value of ``row[key]``, in ``order`` (default sorted); empty groups are left out."""
+    rows = list(rows)
+    values = sorted({r[key] for r in rows}) if order is None else list(order)
+    return [(v, block) for v in values if (block := [r for r in rows if r[key] == v])]
+
+
+def mean_cells(
+    row: Mapping[str, Any], digits: Mapping[str, int], best: Mapping[str, float | None] | None = None
+) -> list[str]:
+    """The :func:`cell` of each key of ``digits`` (its decimals) in ``row``, bold where the mean is ``best[key]``."""
+    best = best or {}
+    return [
+        cell(row[f"{k}_mean"], row[f"{k}_sd"], d, best.get(k) is not None and row[f"{k}_mean"] == best[k])
+        for k, d in digits.items()
+    ]
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], left: int = 1) -> list[str]:
+    """The lines of a Markdown table; the first ``left`` columns align left, the others right."""
+    rule = "|" + "---|" * left + "---:|" * (len(header) - left)
+    return ["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(map(str, r)) + " |" for r in rows)]
+
+
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int) -> Path:
+    """Save a matplotlib figure as ``path`` (its folder made as needed) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def cell(mean: float, sd: float, digits: int, bold: bool = False) -> str:
+    """A Markdown table cell ``mean ± sd`` (only the mean when SD is NaN), "n/a" for a NaN mean and
+    "diverged" for an infinite one."""
+    if math.isnan(mean):
+        return "n/a"
+    if math.isinf(mean):
+        return "diverged"
+    text = f"{mean:.{digits}f}" if math.isnan(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}"
+    return f"**{text}**" if bold else text
