@@ -132,6 +132,28 @@ def mean(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(out)
 
 
+def total(value: Any) -> Any:
+    """The sum over the ranks of a numpy array or tensor (one all-reduce), a new array of the same kind;
+    ``value`` itself with one process.
+
+    The sharded structured path uses it wherever a sum runs over entries that the ranks split between
+    them: the linear forms V x of the model, and the Lanczos products of the nuclear LMO.
+    """
+    here = world()
+    if not here.parallel:
+        return value
+    import torch.distributed as dist
+
+    is_numpy = isinstance(value, np.ndarray)
+    t = torch.tensor(value, dtype=torch.float64) if is_numpy else value.detach().clone()
+    if dist.get_backend() == "nccl" and not t.is_cuda:
+        t = t.cuda()
+    traffic["calls"] += 1
+    traffic["bytes"] += t.numel() * t.element_size()
+    _collective(dist.all_reduce, t, op=dist.ReduceOp.SUM)
+    return t.cpu().numpy() if is_numpy else t.to(value.device)
+
+
 #: Above this share of nonzero columns, :func:`mean_columns` all-reduces the dense matrix instead.
 DENSE_SHARE = 0.25
 
@@ -208,6 +230,7 @@ __all__ = [
     "rank_seed",
     "shard",
     "mean",
+    "total",
     "agree",
     "gather",
     "DistributedError",

@@ -40,16 +40,19 @@ def taylor(
     y_previous: torch.Tensor,
     sample: torch.Tensor,
     weight: float,
+    total: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Variant II value tracker z_k = (1 - rho)(z_{k-1} + V_k (y_k - y_{k-1})) + rho f~(y_k).
 
     The first-order extrapolation V_k (y_k - y_{k-1}) predicts f(y_k) from the
     previous estimate, replacing the O(G ||y_k - y_{k-1}||) drift of the Polyak
-    tracker by a quadratic Taylor remainder.
+    tracker by a quadratic Taylor remainder.  ``total`` completes the product over
+    the ranks when V and y are a rank's share of the entries.
     """
     if weight == 1:  # rho = 1 keeps nothing of the prediction (the lerp gives these bits too)
         return sample
-    predicted = previous + jacobian @ (y - y_previous)
+    step = jacobian @ (y - y_previous)
+    predicted = previous + (step if total is None else total(step))
     return torch.lerp(predicted, sample, weight)
 
 

@@ -91,11 +91,52 @@ def completion(rank: int | None) -> fc.CompositeProblem:
     )
 
 
-RUNS = {
-    "hmsfw": (composite, {}),
-    "hmsfw-structured": (completion, {"max_pricing": 3}),
-    "psg": (composite, {"eta": 0.1}),
-    "smag": (dmax, {"gamma": 0.5, "eta0": 0.2, "eta1": 0.1}),
+SHARDED_DATA = fc.datasets.synthetic_ratings(shape=(30, 20), n_ratings=400, seed=6)
+
+
+def lanczos_case(rank: int) -> dict:
+    """Rank ``rank``'s row block of a random sparse 120 x 50 direction, priced by the nuclear LMO."""
+    gen = torch.Generator().manual_seed(7)
+    flat = torch.randperm(120 * 50, generator=gen)[:1500].sort().values.numpy()
+    values = torch.randn(flat.size, generator=gen, dtype=torch.float64).numpy()
+    mine = (flat // 50 >= 60) == bool(rank)  # rows 0-59 on rank 0, 60-119 on rank 1
+    entries = fc.sets.atoms.Entries(flat[mine], (120, 50), sharded=True)
+    atom, lower = fc.NuclearBall((120, 50), 2.0).lmo_bounded(values[mine], entries)
+    found = {"u": atom.u, "v": atom.v, "flat": flat, "values": values}
+    return {"lower": lower, **{k: v.tolist() for k, v in found.items()}}
+
+
+def sharded(rank: int | None) -> fc.CompositeProblem:
+    """Rank ``rank``'s row block of a small completion problem; None: one process holding both blocks, its
+    inner map the mean of the two ranks' and its sampler the union of their draws."""
+    from fullcomp.experiments import sharded_completion_problem
+
+    if rank is not None:
+        return sharded_completion_problem(SHARDED_DATA, batch=8, rank=rank, size=WORLD)
+    parts = [sharded_completion_problem(SHARDED_DATA, batch=8, rank=r, size=WORLD) for r in range(WORLD)]
+    cut = len(parts[0].reads)
+    streams: dict = {}
+
+    def union(gen):
+        if gen.initial_seed() == SEED and not streams:
+            streams.update({r: torch.Generator().manual_seed(rank_seed(SEED, r)) for r in range(1, WORLD)})
+        return [parts[0].sampler(gen)] + [parts[r].sampler(streams.get(r, gen)) for r in range(1, WORLD)]
+
+    def inner(values, batches):
+        return (parts[0].inner(values[:cut], batches[0]) + parts[1].inner(values[cut:], batches[1])) / WORLD
+
+    reads = torch.cat([torch.from_numpy(p.reads.flat) for p in parts]).numpy()
+    outer = cp.max(fc.inner_value(SHARDED_DATA.n_groups))
+    return fc.CompositeProblem(outer, inner, parts[0].domain, sampler=union, reads=reads, sharded=True)
+
+
+RUNS = {  # name: (problem builder, method, options)
+    "hmsfw": (composite, "hmsfw", {}),
+    "hmsfw-structured": (completion, "hmsfw", {"max_pricing": 3}),
+    "psg": (composite, "psg", {"eta": 0.1}),
+    "smag": (dmax, "smag", {"gamma": 0.5, "eta0": 0.2, "eta1": 0.1}),
+    "hmsfw-sharded": (sharded, "hmsfw", {"max_pricing": 4}),
+    "clipped-scfw-sharded": (sharded, "clipped-scfw", {"max_pricing": 4, "clip": 0.05}),
 }
 
 
@@ -118,19 +159,27 @@ def worker(case: str, out: str, extra: str) -> None:
     here = fc.distributed.init(backend="gloo", timeout=15.0)
     found: dict = {}
     if case == "equivalence":
-        for name, (build, options) in RUNS.items():
-            method = name.split("-structured")[0]
+        for name, (build, method, options) in RUNS.items():
             before = dict(fc.distributed.traffic)
             found[name] = record(fc.solve(build(here.rank), method, iters=20, seed=SEED, progress=False, **options))
             found[name]["bytes"] = fc.distributed.traffic["bytes"] - before["bytes"]
     elif case == "checkpoint":
-        build, options = RUNS["hmsfw"]
+        build, _, options = RUNS["hmsfw"]
         path = os.path.join(extra, "run.ckpt")
         fc.solve(build(here.rank), "hmsfw", iters=8, seed=SEED, progress=False, checkpoint=fc.Checkpoint(path, every=4))
         resumed = fc.solve(
             build(here.rank), "hmsfw", iters=16, seed=SEED, progress=False, checkpoint=fc.Checkpoint(path, every=4)
         )
         whole = fc.solve(build(here.rank), "hmsfw", iters=16, seed=SEED, progress=False)
+        found = {"resumed_from": resumed.info["resumed_from"], "resumed": record(resumed), "whole": record(whole)}
+    elif case == "lanczos":
+        found = lanczos_case(here.rank)
+    elif case == "sharded-checkpoint":
+        path = os.path.join(extra, "sharded.ckpt")
+        run = dict(seed=SEED, progress=False, max_pricing=4)
+        fc.solve(sharded(here.rank), "hmsfw", iters=6, checkpoint=fc.Checkpoint(path, every=3), **run)
+        resumed = fc.solve(sharded(here.rank), "hmsfw", iters=12, checkpoint=fc.Checkpoint(path, every=3), **run)
+        whole = fc.solve(sharded(here.rank), "hmsfw", iters=12, **run)
         found = {"resumed_from": resumed.info["resumed_from"], "resumed": record(resumed), "whole": record(whole)}
     elif case == "kill":
 
@@ -146,6 +195,10 @@ def worker(case: str, out: str, extra: str) -> None:
     if here.rank == 0:
         with open(out, "w") as fh:
             json.dump(found, fh)
+    if case != "kill":
+        # Leave together: a rank that exits while its peer still holds the connection can abort gloo's teardown.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -69,3 +69,51 @@ def test_reads_validation():
         fc.CompositeProblem(cp.max(u), group_losses, X, sampler=sampler, reads=np.array([0, P * Q]))
     with pytest.raises(fc.errors.ModelError, match="track"):
         fc.CompositeProblem(cp.max(u), group_losses, X, sampler=sampler, track=TRACK)
+
+
+def test_an_interrupted_structured_run_resumes_exactly(tmp_path):
+    """Its state holds atoms and numpy-scalar weights: the checkpoint must load them with weights_only."""
+    _, structured = problems(cp.max)
+    full = fc.hmsfw(structured, iters=8, seed=3, progress=False)
+    ckpt = fc.Checkpoint(tmp_path / "run.ckpt", every=3)
+
+    def interrupt(it):
+        if it.k == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fc.hmsfw(structured, iters=8, seed=3, progress=False, checkpoint=ckpt, callback=interrupt)
+    resumed = fc.hmsfw(structured, iters=8, seed=3, progress=False, checkpoint=ckpt)
+    assert resumed.info["resumed_from"] == 5 and torch.equal(resumed.x, full.x)
+    # A finished run extended: its closing row's GLMO moved the pool on, which the checkpoint must not keep.
+    longer = fc.hmsfw(structured, iters=12, seed=3, progress=False, checkpoint=ckpt)
+    whole = fc.hmsfw(structured, iters=12, seed=3, progress=False)
+    assert longer.info["resumed_from"] == 8 and torch.equal(longer.x, whole.x)
+
+
+def test_sharded_entries_price_the_same_atom_by_lanczos_on_the_column_side():
+    """Sharded entries always take the split Lanczos (column side); in one process it must find the plain
+    LMO's atom (here the dense Gram eigensolve of a 6 x 8 direction) to Lanczos's tolerance."""
+    from fullcomp.sets.atoms import Entries
+
+    X = fc.NuclearBall((P, Q), 2.0)
+    direction = RNG.standard_normal(OBSERVED)
+    plain, lower = X.lmo_bounded(direction, Entries(READS, (P, Q)))
+    split, split_lower = X.lmo_bounded(direction, Entries(READS, (P, Q), sharded=True))
+    assert np.abs(np.outer(plain.u, plain.v) - np.outer(split.u, split.v)).max() < 1e-6
+    assert split_lower == pytest.approx(lower, rel=1e-7)
+
+
+def test_sharded_problems_need_reads_a_nuclear_ball_and_a_method_that_shards():
+    u = fc.inner_value(GROUPS)
+    with pytest.raises(fc.errors.ModelError, match="sharded=True needs reads="):
+        fc.CompositeProblem(cp.max(u), group_losses, fc.NuclearBall((P, Q), 2.0), sampler=sampler, sharded=True)
+    with pytest.raises(fc.errors.ModelError, match="fc.NuclearBall domain"):
+        fc.CompositeProblem(cp.max(u), group_losses, fc.L1Ball((P, Q), 2.0), sampler=sampler, reads=READS, sharded=True)
+    sharded = fc.CompositeProblem(
+        cp.max(u), group_losses, fc.NuclearBall((P, Q), 2.0), sampler=sampler, reads=READS, sharded=True
+    )
+    with pytest.raises(fc.errors.ModelError, match="psg does not run on sharded entries.*hmsfw"):
+        fc.solve(sharded, "psg", eta=0.1, iters=2, progress=False)
+    with pytest.raises(fc.errors.OptionError, match="sharded problem takes route='colgen'"):
+        fc.hmsfw(sharded, glmo="conic", iters=2, progress=False)

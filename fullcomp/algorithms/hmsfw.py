@@ -76,6 +76,17 @@ def blend_atoms(atoms: list, res: Any, gamma: float) -> list:
     return blended
 
 
+def check_row_blocks(reads: Entries) -> None:
+    """Refuse sharded reads unless the ranks hold disjoint blocks of rows (what the split Lanczos relies on)."""
+    blocks = distributed.gather((int(reads.rows.min()), int(reads.rows.max())))
+    ordered = sorted(blocks)
+    if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+        raise OptionError(
+            f"sharded reads must be disjoint blocks of rows, one per rank; the ranks hold rows {blocks} "
+            "(first, last): give each rank a contiguous range of rows and their entries"
+        )
+
+
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     """HMSFW (Algorithm 1): x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k); trackers at y_{k+1}."""
     value_tracker, tracker, exact, clip = VARIANTS[hp["variant"]], hp["tracker"], hp["exact"], hp["clip"]
@@ -111,7 +122,10 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         # rebuilt from the atoms at the end.
         kept = problem.kept_entries
         track = Entries(kept.flat[len(reads) :], domain.shape)
-        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype, sparse_columns=True)
+        columns = {"local_columns": True} if problem.sharded else {"sparse_columns": True}
+        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype, **columns)
+        if problem.sharded:
+            check_row_blocks(reads)
         y0 = problem.x0_at(kept)
     n_read = len(reads) if reads is not None else domain.size
     start_atom = None if reads is None else problem.start_atom()
@@ -128,8 +142,12 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     def sample_at(y: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         value, jac = oracle(y[:n_read], batch(), k)
         if clip is not None:
-            # Clipped SCFW: rescale the stacked Jacobian to Frobenius norm at most ``clip``.
-            jac = jac * torch.clamp(clip / torch.linalg.norm(jac).clamp_min(1e-300), max=1.0)
+            # Clipped SCFW: rescale the stacked Jacobian to Frobenius norm at most ``clip`` (the whole
+            # Jacobian's norm: on sharded entries, completed over the ranks).
+            norm = torch.linalg.norm(jac)
+            if problem.sharded:
+                norm = reads.total(norm**2).sqrt()
+            jac = jac * torch.clamp(clip / norm.clamp_min(1e-300), max=1.0)
         return value, jac
 
     point_shape_inner = (len(reads),) if reads is not None else domain.shape
@@ -145,6 +163,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             ) from exc
         if not torch.isfinite(out).all():
             raise OracleError(f"the Hessian contraction of inner(x, batch) has NaN or Inf entries at iteration {k}")
+        if problem.sharded:  # the other ranks' contractions vanish on this rank's entries
+            return out.detach().to(dtype) / distributed.world().size
         return distributed.mean(out.detach().to(dtype))[0]
 
     def track_jacobian(V: torch.Tensor, y: torch.Tensor, y_next: torch.Tensor, beta: float, k: int):
@@ -230,7 +250,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         y_next = y + gamma * (x - y)
         value, V = track_jacobian(state["V"], y, y_next, beta, k + 1)
         if value_tracker == "taylor":
-            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho)
+            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, reads.total if reads else None)
         else:
             z = polyak(state["z"], value, rho)
         new = {**state, "y": y_next, "y_prev": y, "V": V, "z": z, "start": state["start"] * (1 - gamma), "atoms": atoms}
@@ -274,6 +294,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         objective=true_objective(problem, lambda s: s["y"][:n_read], lambda s: numpy(s["y"]).reshape(domain.shape)),
         converged=None if gap_tol is None else (lambda row: row["gap_estimate"] <= gap_tol),
         components={"glmo": solver},
+        sharded=problem.sharded,
         info=info,
         progress_key="gap_estimate",
     )
@@ -281,7 +302,12 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
 
 HMSFW = register(
     Method(
-        "hmsfw", CompositeProblem, PARAMS, setup, "Hybrid Momentum Stochastic Frank-Wolfe (HMSFW paper, Algorithm 1)"
+        "hmsfw",
+        CompositeProblem,
+        PARAMS,
+        setup,
+        "Hybrid Momentum Stochastic Frank-Wolfe (HMSFW paper, Algorithm 1)",
+        shards=True,
     )
 )
 preset(HMSFW, "hmsfw-ii", "HMSFW Variant II: Taylor value tracker", variant="taylor")
@@ -302,6 +328,7 @@ register(
         setup,
         "Clipped SCFW: Vanilla SCFW with each sampled Jacobian rescaled to norm <= clip",
         {"schedule": "vanilla", "exact": False},
+        shards=True,
     )
 )
 

@@ -1,8 +1,8 @@
 """The papers' experiments as reusable protocols."""
 
-from fullcomp.experiments.completion import Completion, completion_problem
+from fullcomp.experiments.completion import Completion, completion_problem, sharded_completion_problem
 
-__all__ = ["Completion", "completion_problem"]
+__all__ = ["Completion", "completion_problem", "sharded_completion_problem"]
 
 from fullcomp.experiments.movielens import bench_movielens, plots, tables, tune_movielens  # noqa: E402
 

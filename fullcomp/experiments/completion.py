@@ -137,3 +137,57 @@ def completion_problem(
 
         problem = CompositeProblem(outer, dense_loss, domain, sampler=sampler)
     return Completion(data, problem, objective, radius, unsort)
+
+
+def row_blocks(rows: np.ndarray, n_rows: int, size: int) -> np.ndarray:
+    """``size + 1`` row bounds cutting ``range(n_rows)`` into contiguous blocks of about equal entry counts."""
+    cumulative = np.cumsum(np.bincount(rows, minlength=n_rows))
+    cuts = np.searchsorted(cumulative, np.arange(1, size) * cumulative[-1] / size, side="right")
+    return np.concatenate([[0], cuts, [n_rows]])
+
+
+def sharded_completion_problem(
+    data: RatingData, objective: str = "max", radius_scale: float = 1.0, batch: int = 1024, rank: int = 0, size: int = 1
+) -> CompositeProblem:
+    """Rank ``rank``'s part of the completion problem on ``size`` ranks: a block of rows (about 1/size of the
+    training ratings) declared with ``sharded=True``.
+
+    The rank draws ``batch // size`` ratings per group from its own block, and weights its group means by
+    size N_gr / N_g (N_gr: group g's ratings in the block), so the mean over the ranks estimates each group's
+    training loss without bias: the stratified estimator sum_r (N_gr / N_g) mean_gr, with a global batch of
+    ``batch`` ratings per group as in :func:`completion_problem`.  No validation or test entries are kept.
+    """
+    if objective not in OBJECTIVES:
+        raise OptionError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if not (isinstance(size, int) and size >= 1 and isinstance(rank, int) and 0 <= rank < size):
+        raise OptionError(f"rank must be an int in 0..size-1 and size a positive int, got rank={rank}, size={size}")
+    if batch < size:
+        raise OptionError(f"batch ({batch} ratings per group) must be at least the number of ranks ({size})")
+    train, (p, q) = data.train, data.shape
+    bounds = row_blocks(train.rows, p, size)
+    mine = np.flatnonzero((train.rows >= bounds[rank]) & (train.rows < bounds[rank + 1]))
+    flat = train.rows[mine] * np.int64(q) + train.cols[mine]
+    order = np.argsort(flat, kind="stable")  # row-major reads: the sparse direction needs no permutation
+    mine, flat = mine[order], flat[order]
+    groups = train.groups[mine]
+    n = data.n_groups
+    local, total = np.bincount(groups, minlength=n), data.group_counts("train")
+    weights = torch.from_numpy(size * local / total)
+    # Positions into this rank's reads, by group; a group absent from the block gets weight 0.
+    by_group = [torch.from_numpy(np.flatnonzero(groups == g)) for g in range(n)]
+    members = [b if b.numel() else torch.zeros(1, dtype=torch.int64) for b in by_group]
+    ratings, per = torch.from_numpy(train.ratings[mine]), batch // size
+
+    def sampler(generator: torch.Generator) -> torch.Tensor:
+        draws = torch.rand(n, per, generator=generator, dtype=torch.float64)
+        return torch.stack([m[(d * m.numel()).long()] for m, d in zip(members, draws)])
+
+    def group_loss(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        flat_positions = positions.reshape(-1)
+        residual = values.index_select(0, flat_positions) - ratings.to(values.dtype).index_select(0, flat_positions)
+        return weights.to(values.dtype) * huber(residual).reshape(positions.shape).mean(dim=1)
+
+    u = inner_value(n)
+    outer = cp.max(u) if objective == "max" else cvar(u, CVAR_ALPHA)
+    domain = NuclearBall(data.shape, radius_scale * base_radius(data))
+    return CompositeProblem(outer, group_loss, domain, sampler=sampler, reads=flat, sharded=True)

@@ -40,7 +40,7 @@ class AffineGLMO:
         if dense:
             self._all = self._all or Entries.all(self.domain.shape)
             entries = self._all
-        c, Vm = affine_model(z, V, y, self.outer.n, len(entries))
+        c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total if entries.sharded else None)
         direction = Vm.T @ self.a
         if dense:  # the whole point: the set's own LMO, without scattering into a dense direction
             atom = DenseAtom(self.domain.lmo(direction.reshape(self.domain.shape)))
@@ -49,7 +49,7 @@ class AffineGLMO:
             atom = self.domain.lmo_atom(direction, entries, hint=self.hint)
             x = atom.at(entries)
         self.hint = atom
-        value = float(self.a @ (c + Vm @ x) + self.b)
+        value = float(self.a @ (c + entries.total(Vm @ x)) + self.b)
         return GLMOResult(
             x.reshape(self.domain.shape) if dense else x, value, 0.0, 1, [atom], np.ones(1), converged=True
         )

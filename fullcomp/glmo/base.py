@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +53,12 @@ def as_numpy(a: Any) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
 
 
-def affine_model(z: Any, V: Any, y: Any, n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """(c, V) with c = z - V y, V as an (n, d) array: the model is c + V x."""
+def affine_model(
+    z: Any, V: Any, y: Any, n: int, d: int, total: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(c, V) with c = z - V y, V as an (n, d) array: the model is c + V x.
+
+    ``total`` completes V y over the ranks when V and y live on a rank's share of the entries."""
     z, V, y = as_numpy(z).reshape(-1), as_numpy(V), as_numpy(y).reshape(-1)
     if z.shape != (n,) or y.shape != (d,) or V.size != n * d:
         raise OptionError(
@@ -66,7 +71,7 @@ def affine_model(z: Any, V: Any, y: Any, n: int, d: int) -> tuple[np.ndarray, np
     if not (np.isfinite(z).all() and np.isfinite(y).all() and (np.isfinite(V.sum()) or np.isfinite(V).all())):
         name = next(k for k, a in (("z", z), ("V", V), ("y", y)) if not np.isfinite(a).all())
         raise OptionError(f"GLMO input {name} has NaN or Inf entries")
-    return z - V @ y, V
+    return z - (V @ y if total is None else total(V @ y)), V
 
 
 def linear_certificate(g: np.ndarray, x: np.ndarray, domain: Set, entries: Entries) -> float:

@@ -80,7 +80,9 @@ class ColumnGenerationGLMO:
         """Solve the GLMO for the model z + V (x - y).
 
         With ``entries``, the model reads x only there: V is (n, len(entries)),
-        y holds the iterate's values there, and ``result.x`` the solution's.
+        y holds the iterate's values there, and ``result.x`` the solution's.  Sharded entries (a rank's
+        rows) make every sum over entries a sum over the ranks too; the master, solved identically on every
+        rank from the same all-reduced images, needs no broadcast.
         ``start`` (y as an atom) seeds an empty pool.
         """
         check_tol(tol, max_calls)
@@ -88,11 +90,11 @@ class ColumnGenerationGLMO:
         if entries is None:
             self._all = self._all or Entries.all(self.domain.shape)
             entries = self._all
-        c, Vm = affine_model(z, V, y, self.outer.n, len(entries))
+        c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total if entries.sharded else None)
         self.c.value = c
         self._cache_values(entries)
         # One contiguous product over all slots (boolean-indexing the cache would copy it); idle slots are masked.
-        images = np.where(self.active, (self.values @ Vm.T).T, 0.0)
+        images = np.where(self.active, entries.total((self.values @ Vm.T).T), 0.0)
         calls = 0
         if not self.active.any():
             # Seed an empty pool with the current point (it costs no pricing call, so max_calls holds
@@ -102,7 +104,7 @@ class ColumnGenerationGLMO:
                     raise OptionError("a GLMO on entries needs start= (the current point as an atom) on its first call")
                 start = DenseAtom(as_numpy(self.domain.project(as_numpy(y).reshape(self.domain.shape))))
             values = start.at(entries)
-            self._add(start, values, Vm @ values, images)
+            self._add(start, values, entries.total(Vm @ values), images)
         while True:
             lam = self._master(c, images)
             model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
@@ -139,7 +141,7 @@ class ColumnGenerationGLMO:
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough)
         self.hint = atom
         values = atom.at(entries, out=values)
-        return atom, values, Vm @ values, max(base - lower, 0.0)
+        return atom, values, entries.total(Vm @ values), max(base - lower, 0.0)
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""

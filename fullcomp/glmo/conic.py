@@ -8,7 +8,7 @@ import cvxpy as cp
 import numpy as np
 
 from fullcomp import solvers
-from fullcomp.errors import ModelError
+from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import GLMOResult, affine_model, check_tol, linear_certificate, target_gap
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import DenseAtom, Entries
@@ -65,6 +65,8 @@ class ConicGLMO:
         With ``entries`` the model reads x only there (V is (n, len(entries))).
         """
         check_tol(tol, max_calls)
+        if entries is not None and entries.sharded:
+            raise OptionError("the conic GLMO needs every entry on one rank; a sharded problem takes route='colgen'")
         entries = self._all if entries is None else entries
         problem, link, c_param, V_param = self._program(entries)
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries))

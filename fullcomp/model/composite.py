@@ -17,6 +17,7 @@ from fullcomp.model.captured import captured, data_device, floating_dtypes
 from fullcomp.model.placeholder import is_placeholder
 from fullcomp.oracles import call_checked, check_directional_derivative, check_inner_output
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, ZeroAtom
+from fullcomp.sets.balls import NuclearBall
 from fullcomp.sets.base import Set
 
 Sampler = Callable[[torch.Generator], Any]
@@ -161,6 +162,15 @@ class CompositeProblem:
     track : int array, optional
         Further entries whose values the solver keeps (e.g. validation and
         test ratings for evaluation callbacks); only with ``reads``.
+    sharded : bool, default False
+        In a distributed job, ``reads`` are this rank's own entries: whole
+        rows of a matrix, disjoint from the other ranks', and the sampler
+        draws batches that read only them; ``inner`` returns this rank's share
+        of f, so that the mean over the ranks is f.  Trackers, directions and
+        the iterate then stay on the rank's entries; only n-vectors, the
+        column-generation master's images and Lanczos Q-vectors cross ranks
+        (see docs/distributed.md).  Needs ``reads`` and a ``fc.NuclearBall``
+        domain.
     dtype : torch floating dtype, optional
         The dtype of the problem's data, and so of the point the inner map
         receives.  Default: inferred from the floating tensors in ``x0`` (when
@@ -187,6 +197,7 @@ class CompositeProblem:
         full_batch: Any = None,
         reads: Any = None,
         track: Any = None,
+        sharded: bool = False,
         dtype: torch.dtype | None = None,
         check_gradient: bool = True,
     ):
@@ -218,12 +229,22 @@ class CompositeProblem:
             self._x0 = None
         else:
             self._x0 = self._start_point(domain.default_point() if x0 is None else x0)
+        if not isinstance(sharded, bool):
+            raise ModelError(f"sharded must be True or False, got {sharded!r}")
+        if sharded and (reads is None or not isinstance(domain, NuclearBall)):
+            raise ModelError(
+                "sharded=True needs reads= (this rank's entries) and an fc.NuclearBall domain; other sets' LMOs "
+                "are not split over ranks"
+            )
+        self.sharded = sharded
         self.reads = None if reads is None else self._entries(reads, "reads")
         if track is not None and self.reads is None:
             raise ModelError("track= needs reads=: it lists extra entries kept by the structured path")
         extra = np.zeros(0, dtype=np.int64) if track is None else self._entries(track, "track").flat
         self.kept_entries = (
-            None if self.reads is None else Entries(np.concatenate([self.reads.flat, extra]), domain.shape)
+            None
+            if self.reads is None
+            else Entries(np.concatenate([self.reads.flat, extra]), domain.shape, sharded=sharded)
         )
         # The data's device: the probe runs there, with a generator there for the sampler (a map over CUDA
         # tensors is checked on the GPU).
@@ -309,7 +330,7 @@ class CompositeProblem:
             raise ModelError(f"{name} must be a non-empty 1-D integer array of flat (row-major) indices into x")
         if flat.min() < 0 or flat.max() >= self.domain.size:
             raise ModelError(f"{name} has indices outside 0..{self.domain.size - 1} (x has shape {self.domain.shape})")
-        return Entries(flat, self.domain.shape)
+        return Entries(flat, self.domain.shape, sharded=self.sharded)
 
     def read(self, x: np.ndarray | torch.Tensor) -> Any:
         """What the inner map receives for a dense point x: x itself, or its values at ``reads``."""

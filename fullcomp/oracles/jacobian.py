@@ -64,9 +64,13 @@ class InnerOracle:
         device: Any,
         dtype: torch.dtype,
         sparse_columns: bool = False,
+        local_columns: bool = False,
     ):
         self.inner, self.n, self.shape = inner, n, shape
         self.sparse_columns = sparse_columns  # data-parallel: average only the columns a batch touched
+        # Sharded entries: the other ranks' Jacobians are zero on this rank's columns, so the mean over the
+        # ranks is this rank's own divided by their number, and nothing is sent.
+        self.local_columns = local_columns
         self.device, self.dtype = torch.device(device), dtype
 
         self._k = 0
@@ -103,6 +107,8 @@ class InnerOracle:
         value, jac = value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1)
         if not self._parallel:
             return value, jac
+        if self.local_columns:  # in place: a fresh (n, |reads|) array would page-fault its way in
+            return distributed.mean(value)[0], jac.div_(distributed.world().size)
         if self.sparse_columns:
             return distributed.mean(value)[0], distributed.mean_columns(jac)
         return distributed.mean(value, jac)

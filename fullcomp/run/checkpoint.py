@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import pickle
@@ -52,6 +53,13 @@ class Checkpoint:
         if isinstance(value, (str, os.PathLike)):
             return cls(value)
         raise OptionError(f"checkpoint must be a path or fc.Checkpoint(path, every=N), got {type(value).__name__}")
+
+    def for_rank(self, rank: int) -> Checkpoint:
+        """The file of rank ``rank`` when every rank keeps its own state (a sharded problem): ``path`` on
+        rank 0, ``path.rank<r>`` beside it elsewhere."""
+        if rank == 0:
+            return self
+        return dataclasses.replace(self, path=self.path.with_name(f"{self.path.name}.rank{rank}"))
 
     def save(self, fingerprint: dict, run: dict) -> None:
         buf = io.BytesIO()

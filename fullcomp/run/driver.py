@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from fullcomp import distributed
-from fullcomp.errors import CallbackError
+from fullcomp.errors import CallbackError, CheckpointError
 from fullcomp.run.budget import Stopwatch
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
@@ -59,6 +59,8 @@ class Plan:
     components: dict[str, Any] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     progress_key: str = "objective_estimate"
+    #: Each rank's state is its own share of the problem (sharded entries): every rank checkpoints it.
+    sharded: bool = False
 
 
 def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fullcomp") -> Result:
@@ -71,7 +73,17 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
     watch = Stopwatch()
     state, k = plan.state, 0
     generator, ckpt, here = run.generator, run.checkpoint, run.world
+    own_file = plan.sharded and here.parallel
+    if own_file and ckpt is not None:
+        ckpt = ckpt.for_rank(here.rank)
     saved = ckpt.load(fingerprint) if ckpt is not None else None
+    if own_file and ckpt is not None:
+        found = distributed.gather(None if saved is None else saved["k"])
+        if len(set(found)) > 1:
+            raise CheckpointError(
+                f"the ranks' checkpoint files hold iterations {found} (None: no file); a sharded run resumes only "
+                f"when every rank's file is from the same save: delete {run.checkpoint.path} and its .rank files"
+            )
     if saved is not None:
         state, k, watch.elapsed = saved["state"], saved["k"], saved["time"]
         history = History(r for r in saved["history"] if r["k"] < k)
@@ -79,6 +91,14 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
         for name, obj in plan.components.items():
             obj.load_state_dict(saved["components"][name])
         info["resumed_from"] = k
+
+    def snapshot() -> dict:
+        """The components and the generator as the last complete state left them: the closing row's GLMO
+        and an update discarded at the time budget move them on, and a resume must not see that."""
+        components = {name: obj.state_dict() for name, obj in plan.components.items()}
+        return {"components": components, "generator": generator.get_state()}
+
+    committed = snapshot() if ckpt is not None else {}
 
     def save() -> None:
         """Checkpoint the last complete state; in a distributed job every rank's generator, written by rank 0."""
@@ -89,13 +109,13 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
             "k": k,
             "time": watch.elapsed,
             "history": history.rows,
-            "components": {name: obj.state_dict() for name, obj in plan.components.items()},
+            "components": committed["components"],
         }
         if here.parallel:
-            run_state["generators"] = distributed.gather(generator.get_state())
+            run_state["generators"] = distributed.gather(committed["generator"])
         else:
-            run_state["generator"] = generator.get_state()
-        if here.writes:
+            run_state["generator"] = committed["generator"]
+        if here.writes or own_file:
             ckpt.save(fingerprint, run_state)
 
     def over_time(elapsed: float) -> bool:
@@ -146,11 +166,13 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
     pending: tuple | None = None  # (row, new_state) of a finished step not yet committed
 
     def commit() -> None:
-        nonlocal state, k, pending
+        nonlocal state, k, pending, committed
         row, new_state = pending
         if not history.rows or history.rows[-1].get("k") != row["k"]:  # a callback that raised already kept it
             history.append(row)
         state, k, pending = new_state, k + 1, None
+        if ckpt is not None:
+            committed = snapshot()
 
     try:
         while True:

@@ -48,7 +48,15 @@ def problem_fingerprint(problem: Any) -> dict:
             "n": problem.n,
             "outer": str(problem.outer.expr),
             "reads": None if problem.reads is None else int(len(problem.reads)),
-            "data": data_hash(problem.inner, problem.sampler, problem.full_batch, problem._x0, problem.reads),
+            "sharded": problem.sharded,
+            # The entries' indices, not the Entries object: its work array changes as the run prices atoms.
+            "data": data_hash(
+                problem.inner,
+                problem.sampler,
+                problem.full_batch,
+                problem._x0,
+                None if problem.reads is None else problem.reads.flat,
+            ),
         }
     blocks = {name: getattr(problem, name) for name in ("x", "y", "z")}
     return {

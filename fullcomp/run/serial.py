@@ -26,14 +26,14 @@ _TAG, _REF, _ARRAY, _TUPLE, _NUMPY_SCALAR = "__object__", "__ref__", "__ndarray_
 
 def encode(value: Any, memo: dict[int, int] | None = None) -> Any:
     memo = {} if memo is None else memo
+    if isinstance(value, np.generic):  # before the Python numbers: np.float64 is a float subclass
+        return {_NUMPY_SCALAR: value.item(), "dtype": str(value.dtype)}
     if value is None or isinstance(value, (bool, int, float, str, complex, torch.Tensor, torch.Size)):
         return value
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             raise TypeError("a checkpoint cannot hold numpy object arrays")
         return {_ARRAY: torch.from_numpy(np.ascontiguousarray(value).copy())}
-    if isinstance(value, np.generic):
-        return {_NUMPY_SCALAR: value.item(), "dtype": str(value.dtype)}
     if isinstance(value, dict):
         return {key: encode(v, memo) for key, v in value.items()}
     if isinstance(value, list):

@@ -10,18 +10,26 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from fullcomp import distributed
 
 
 @dataclass
 class Entries:
-    """Flat (row-major) indices into a point of ``shape``, with row/column splits cached for matrices."""
+    """Flat (row-major) indices into a point of ``shape``, with row/column splits cached for matrices.
+
+    ``sharded``: in a distributed job these are this rank's part of the entries, whole rows, disjoint
+    from the other ranks' parts; a sum over entries is then summed over the ranks (:meth:`total`).
+    """
 
     flat: np.ndarray
     shape: tuple[int, ...]
     rows: np.ndarray | None = field(default=None, repr=False)
     cols: np.ndarray | None = field(default=None, repr=False)
+    sharded: bool = False
     _scratch: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -35,6 +43,10 @@ class Entries:
 
     def __len__(self) -> int:
         return self.flat.size
+
+    def total(self, partial: Any) -> Any:
+        """A sum over these entries (numpy array or tensor) completed over the ranks when they are sharded."""
+        return distributed.total(partial) if self.sharded else partial
 
     def scratch(self) -> np.ndarray:
         """A float64 work array of len(self), allocated once."""

@@ -189,7 +189,7 @@ class NuclearBall(Set):
 
         ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.
         """
-        if len(entries) == self.size:
+        if len(entries) == self.size and not entries.sharded:
             matrix = np.empty(self.size)
             matrix[entries.flat] = direction
             matrix, transpose = matrix.reshape(self.shape), None
@@ -197,12 +197,19 @@ class NuclearBall(Set):
             if self._pattern is None or self._pattern[0] is not entries:
                 self._pattern = (entries, SparsePattern(entries.rows, entries.cols, self.shape))
             matrix, transpose = self._pattern[1].fill(direction)
-        start = None
-        if isinstance(hint, RankOneAtom):
-            start = hint.u if self.shape[0] <= self.shape[1] else hint.v
         r = self.radius
         stop = None if enough is None else (lambda sigma, upper: enough(-r * sigma, -r * upper))
-        u, sigma, v, upper = self.top_singular_pair(matrix, start, transpose, LANCZOS_TOL, stop)
+        if entries.sharded:
+            # This rank holds a block of the direction's rows: Lanczos on the column side, where each product
+            # is local and one all-reduce of a Q-vector completes it (DFW-Trace's distributed power method).
+            start = hint.v if isinstance(hint, RankOneAtom) else None
+            v, sigma, u, upper = lanczos.top_singular_pair(transpose, matrix, start, LANCZOS_TOL, stop=stop,
+                                                           total=entries.total)  # fmt: skip
+        else:
+            start = None
+            if isinstance(hint, RankOneAtom):
+                start = hint.u if self.shape[0] <= self.shape[1] else hint.v
+            u, sigma, v, upper = self.top_singular_pair(matrix, start, transpose, LANCZOS_TOL, stop)
         if sigma == 0:
             return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1])), -r * upper
         return RankOneAtom(-r * u, v), -r * upper

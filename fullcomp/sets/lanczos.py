@@ -66,6 +66,7 @@ def top_singular_pair(
     tol: float = 1e-7,
     max_iter: int = 300,
     stop: Callable[[float, float], bool] | None = None,
+    total: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> SingularPair:
     """The top singular pair of d (P x Q, P <= Q) and an upper bound on its value.
 
@@ -75,28 +76,39 @@ def top_singular_pair(
     when ``stop(sigma, upper)`` says the current bounds are enough.  ``d_t`` is
     d's transpose when the caller has one.  Falls back to ARPACK if the
     iteration has not converged after ``max_iter`` steps.
+
+    ``total`` makes it the distributed Lanczos of a matrix split by columns over the ranks (d = sum of the
+    ranks' column blocks, as d^T is split by rows on the sharded structured path): each rank multiplies
+    its own block and ``total`` sums the p-vector (and ||d||_F^2, and the other side's vector once at the
+    end) over the ranks, so every rank runs the same iteration.  It then answers after ``max_iter`` steps
+    with the Ritz pair it has, since no rank holds the matrix for ARPACK.
     """
+    distributed = total is not None
+    total = total or (lambda partial: partial)
     p = d.shape[0]
     d_t = d.T if d_t is None else d_t
     steps = min(p, max_iter)
     basis = np.empty((steps + 1, p))
     alpha, beta = np.empty(steps), np.empty(steps)
     q = np.random.default_rng(0).standard_normal(p)
-    if start is not None and np.any(start):
-        # A little of a generic vector of d's range keeps the start from being (nearly) an eigenvector
-        # of d d^T other than the top one; drawn from all of R^p, its share in the range would shrink
-        # with p / rank(d) (at 50 entries of a 10^5 x 10^5 matrix, Lanczos then stopped on the wrong one).
-        mix = d @ np.random.default_rng(0).standard_normal(d.shape[1])
+    flat = d.data if sp.issparse(d) else np.ravel(d)
+    warm = start is not None and np.any(start)
+    # One reduction carries ||d||_F^2 (>= sigma^2) and, from a warm start, a generic vector of d's range.
+    generic = d @ np.random.default_rng(0).standard_normal(d.shape[1]) if warm else np.zeros(0)
+    reduced = total(np.concatenate([[flat @ flat], generic]))
+    scale, mix = float(reduced[0]), reduced[1:]
+    if warm:
+        # A little of the generic vector keeps the start from being (nearly) an eigenvector of d d^T other
+        # than the top one; drawn from all of R^p, its share in the range would shrink with p / rank(d)
+        # (at 50 entries of a 10^5 x 10^5 matrix, Lanczos then stopped on the wrong one).
         norm = np.linalg.norm(mix)
         q = start / np.linalg.norm(start) + (0.01 / norm * mix if norm > 0 else 0.0)
     basis[0] = q / np.linalg.norm(q)
-    flat = d.data if sp.issparse(d) else np.ravel(d)
-    scale = float(flat @ flat)  # ||d||_F^2 >= sigma^2
     if scale == 0:
         return SingularPair(basis[0], 0.0, np.zeros(d.shape[1]), 0.0)
     theta, vec = 0.0, np.ones(1)
     for j in range(steps):
-        w = d @ (d_t @ basis[j])
+        w = total(d @ (d_t @ basis[j]))
         alpha[j] = basis[j] @ w
         # Full reorthogonalization (twice is enough, Kahan): the basis is at most a few dozen vectors.
         for _ in range(2):
@@ -117,10 +129,16 @@ def top_singular_pair(
             theta, vec = values[0], vectors[:, 0]
         residual = beta[j] * abs(vec[-1])
         upper = float(np.sqrt(max(theta, 0.0) + residual))
-        if residual <= tol * abs(theta) or breakdown or (stop is not None and stop(np.sqrt(max(theta, 0.0)), upper)):
+        last = distributed and j + 1 == steps
+        if (
+            residual <= tol * abs(theta)
+            or breakdown
+            or last
+            or (stop is not None and stop(np.sqrt(max(theta, 0.0)), upper))
+        ):
             u = vec @ basis[: j + 1]
             u /= np.linalg.norm(u)
-            v = d_t @ u
+            v = total(d_t @ u)
             sigma = float(np.linalg.norm(v))
             return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma))
         if j + 1 < steps:
