@@ -114,6 +114,7 @@ def completion_case(world: fc.distributed.World, size: str, layout: str) -> dict
     found = {
         "update_s": res.info["optimizer_seconds"] / ITERS_COMPLETION,
         "bytes_per_update": fc.distributed.traffic["bytes"] / (ITERS_COMPLETION + 1),
+        "calls_per_update": fc.distributed.traffic["calls"] / (ITERS_COMPLETION + 1),
         "pricing_calls": float(res.history.column("pricing_calls")[:-1].mean()),
         "peak_gb": peak_rss_gb(),
         "peak_gb_with_data": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
@@ -187,6 +188,21 @@ def two_processes(completion: str = "none", layout: str = "sharded") -> dict:
         return json.load(fh)
 
 
+def project_sharded(one: dict, two: dict, alpha: float, beta: float) -> None:
+    """Certified updates on W hosts: the 1-process compute divided by W (the master, n x pool, is not, and is
+    left in), plus the measured all-reduces per update, each a ring all-reduce of its mean size."""
+    calls, size = two["calls_per_update"], two["bytes_per_update"] / max(two["calls_per_update"], 1)
+    print(
+        f"projection, sharded (ring all-reduce, alpha = {alpha * 1e6:g} us, beta = {beta / 1e9:g} GB/s; "
+        f"{calls:.0f} all-reduces of {size / 1e3:.1f} kB mean per update, measured on 2 ranks; compute "
+        f"{one['update_s']:.2f} s on 1 process divided by W)"
+    )
+    for hosts in (8, 64):
+        comm = calls * 2 * (hosts - 1) * (alpha + size / hosts / beta)
+        t = one["update_s"] / hosts + comm
+        print(f"  {hosts:>2} hosts: {t:.3f} s per update ({comm:.3f} s of it communication)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -226,6 +242,8 @@ def main() -> None:
             f"certified {two['update_s'] / one['update_s']:.2f}, different paths), peak memory per rank "
             f"{peak_ratio:.2f} (target <= 0.6); a dense all-reduce of the Jacobian would send {dense_mb:.0f} MB"
         )
+        if args.layout == "sharded":
+            project_sharded(one, two, args.latency_us * 1e-6, args.bandwidth_gbs * 1e9)
         return
     one, two = measure(fc.distributed.World()), two_processes()
     print("PU protocol, SMAG (digits), optimizer seconds per epoch")
