@@ -154,9 +154,23 @@ def record(result) -> dict:
     return {"x": flat(result.x), "rows": [{k: v for k, v in r.items() if k != "time"} for r in result.history]}
 
 
+def on_cuda(rank: int) -> fc.CompositeProblem:
+    """The composite case with its data on this rank's GPU (NCCL reduces CUDA tensors only)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    Xd, Ad, rows = X.to(device), A.to(device), shard_rows(rank).to(device)
+
+    def inner(x, picks):
+        return torch.nn.functional.softplus((Xd[picks] * x).sum(1, keepdim=True) * Ad.sum(1) - Ad @ x).mean(0)
+
+    def sampler(gen):
+        return rows[torch.randint(rows.numel(), (BATCH,), generator=gen, device=device)]
+
+    return fc.CompositeProblem(cp.max(fc.inner_value(3)), inner, fc.L1Ball(6, 2.0), sampler=sampler)
+
+
 def worker(case: str, out: str, extra: str) -> None:
     """One rank of a 2-process job on 127.0.0.1 (the test sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
-    here = fc.distributed.init(backend="gloo", timeout=15.0)
+    here = fc.distributed.init(backend="nccl" if case == "nccl" else "gloo", timeout=15.0 if case != "nccl" else 60.0)
     found: dict = {}
     if case == "equivalence":
         for name, (build, method, options) in RUNS.items():
@@ -172,6 +186,9 @@ def worker(case: str, out: str, extra: str) -> None:
         )
         whole = fc.solve(build(here.rank), "hmsfw", iters=16, seed=SEED, progress=False)
         found = {"resumed_from": resumed.info["resumed_from"], "resumed": record(resumed), "whole": record(whole)}
+    elif case == "nccl":
+        result = fc.solve(on_cuda(here.rank), "hmsfw", iters=10, seed=SEED, progress=False)
+        found = {"x": fc.distributed.gather(flat(result.x.cpu())), "device": result.info["device"]}
     elif case == "lanczos":
         found = lanczos_case(here.rank)
     elif case == "sharded-checkpoint":

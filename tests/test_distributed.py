@@ -109,6 +109,16 @@ def test_the_split_lanczos_matches_the_whole_matrix_svd(tmp_path):
     assert -2.0 * s[0] * (1 + 1e-7) <= found["lower"] <= -2.0 * s[0] + 1e-12
 
 
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.device_count() >= 2 and torch.distributed.is_nccl_available()),
+    reason="needs 2 CUDA devices and NCCL",
+)
+def test_two_ranks_on_nccl_keep_one_iterate(tmp_path):
+    found, codes = job("nccl", tmp_path)
+    assert codes == [0, 0] and found["device"].startswith("cuda")
+    assert found["x"][0] == found["x"][1]  # the same step on every rank, from the all-reduced oracle
+
+
 def test_sharded_checkpoint_and_resume_on_two_ranks(tmp_path):
     found, codes = job("sharded-checkpoint", tmp_path, extra=str(tmp_path))
     assert codes == [0, 0] and found["resumed_from"] == 6
