@@ -1,11 +1,10 @@
 """A min-max game with an adversary: SMAG's primal and dual paths on a fairness-regularized classifier.
 
-A logistic classifier w; a protected group A (40% of the points); its demographic gap(w) = mean score on
-A - mean score elsewhere, penalized by an adversary y in fc.L2Ball(1, 1): min_w max_y logloss(w) +
-lam (y gap(w) - y^2/2). Strongly concave in y: max_y is a Huber penalty of the gap (CVXPY gives P*) and
-y*(w) = clip(gap(w), -1, 1) is the best response. SMAG (Algorithm 3) moves x, its proximal estimate and y
-one step per stratified batch; a callback records the exact primal value and y. Look left: P(x_k) falls
-to P*, less noisy once the rates drop by 10 (dotted); and right: y_k follows y*(x_k), both near y*.
+Logistic w; group A (40%) with gap(w) = mean score on A - mean score elsewhere; the adversary y in
+fc.L2Ball(1, 1) plays min_w max_y logloss(w) + lam (y gap(w) - y^2/2), whose max is a Huber penalty of the
+gap (CVXPY gives P*) with best response y*(w) = clip(gap(w), -1, 1). SMAG (Algorithm 3) steps x, its
+proximal estimate and y per stratified batch. Left: P(x_k) falls to P* (rates / 10 at the dotted line);
+right: y_k follows y*(x_k).
 """
 
 import argparse
@@ -32,13 +31,12 @@ IN_A, OUT_A = torch.tensor(np.flatnonzero(group)), torch.tensor(np.flatnonzero(~
 
 
 def sampler(gen):  # a stratified batch: 32 points of A and 32 of the rest
-    return IN_A[torch.randint(len(IN_A), (32,), generator=gen)], OUT_A[torch.randint(len(OUT_A), (32,), generator=gen)]
+    return tuple(part[torch.randint(len(part), (32,), generator=gen)] for part in (IN_A, OUT_A))
 
 
 def phi(w, y, batch):  # the minibatch game: unbiased logloss and gap, then the adversary's term
-    a, b = batch
+    (a, b), softplus = batch, torch.nn.functional.softplus
     sa, sb = X[a] @ w, X[b] @ w
-    softplus = torch.nn.functional.softplus
     logloss = SHARE * softplus(-labels[a] * sa).mean() + (1 - SHARE) * softplus(-labels[b] * sb).mean()
     return logloss + LAM * (y[0] * (sa.mean() - sb.mean()) - 0.5 * y[0] ** 2)
 
@@ -55,7 +53,7 @@ def main():
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
     w = cp.Variable(DIM)
-    scores = X_np @ w
+    scores = X_np @ w  # CVXPY's optimum of the primal, and the unregularized model's gap
     logloss = cp.sum(cp.logistic(cp.multiply(-labels_np, scores))) / N
     p_star = cp.Problem(cp.Minimize(logloss + LAM * cp.huber(C_np @ scores, R) / 2)).solve()
     y_star = float(np.clip(C_np @ X_np @ w.value, -R, R))
