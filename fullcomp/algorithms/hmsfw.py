@@ -250,7 +250,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         y_next = y + gamma * (x - y)
         value, V = track_jacobian(state["V"], y, y_next, beta, k + 1)
         if value_tracker == "taylor":
-            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, reads.total if reads else None)
+            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, None if reads is None else reads.total)
         else:
             z = polyak(state["z"], value, rho)
         new = {**state, "y": y_next, "y_prev": y, "V": V, "z": z, "start": state["start"] * (1 - gamma), "atoms": atoms}

@@ -40,7 +40,7 @@ class AffineGLMO:
         if dense:
             self._all = self._all or Entries.all(self.domain.shape)
             entries = self._all
-        c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total if entries.sharded else None)
+        c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
         direction = Vm.T @ self.a
         if dense:  # the whole point: the set's own LMO, without scattering into a dense direction
             atom = DenseAtom(self.domain.lmo(direction.reshape(self.domain.shape)))

@@ -90,7 +90,7 @@ class ColumnGenerationGLMO:
         if entries is None:
             self._all = self._all or Entries.all(self.domain.shape)
             entries = self._all
-        c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total if entries.sharded else None)
+        c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
         self.c.value = c
         self._cache_values(entries)
         # One contiguous product over all slots (boolean-indexing the cache would copy it); idle slots are masked.

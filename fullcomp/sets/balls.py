@@ -203,8 +203,9 @@ class NuclearBall(Set):
             # This rank holds a block of the direction's rows: Lanczos on the column side, where each product
             # is local and one all-reduce of a Q-vector completes it (DFW-Trace's distributed power method).
             start = hint.v if isinstance(hint, RankOneAtom) else None
-            v, sigma, u, upper = lanczos.top_singular_pair(transpose, matrix, start, LANCZOS_TOL, stop=stop,
-                                                           total=entries.total)  # fmt: skip
+            v, sigma, u, upper = lanczos.top_singular_pair(
+                transpose, matrix, start, LANCZOS_TOL, stop=stop, total=entries.total
+            )
         else:
             start = None
             if isinstance(hint, RankOneAtom):

@@ -83,7 +83,7 @@ def top_singular_pair(
     end) over the ranks, so every rank runs the same iteration.  It then answers after ``max_iter`` steps
     with the Ritz pair it has, since no rank holds the matrix for ARPACK.
     """
-    distributed = total is not None
+    split = total is not None
     total = total or (lambda partial: partial)
     p = d.shape[0]
     d_t = d.T if d_t is None else d_t
@@ -129,7 +129,7 @@ def top_singular_pair(
             theta, vec = values[0], vectors[:, 0]
         residual = beta[j] * abs(vec[-1])
         upper = float(np.sqrt(max(theta, 0.0) + residual))
-        last = distributed and j + 1 == steps
+        last = split and j + 1 == steps
         if (
             residual <= tol * abs(theta)
             or breakdown
