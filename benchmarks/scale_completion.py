@@ -18,9 +18,8 @@ import argparse
 import resource
 import time
 
-import numpy as np
 import torch
-from time_split import TimeSplit, floor
+from time_split import TimeSplit, floor, steady
 
 import fullcomp as fc
 from fullcomp.experiments import completion_problem
@@ -30,20 +29,6 @@ SIZES = {"small": ((6040, 3706), 1_000_000), "large": ((70_000, 10_700), 10_000_
 
 def peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # ru_maxrss is in KiB on Linux
-
-
-def steady(res: fc.Result, slots: int = 31) -> str:
-    """Seconds per update once the atom pool's value cache has been written (31 slots of len(reads) floats
-    on the default pool): until then each new atom's row is fresh memory, which this machine faults in at
-    about 250 MB/s, a one-time cost of the run rather than of an update."""
-    times = res.history.column("time")
-    calls = np.cumsum(res.history.column("pricing_calls")[:-1])
-    full = int(np.searchsorted(calls, slots, side="right")) + 1  # the first update after the pool filled
-    if full >= len(times) - 1:
-        return "the pool filled only in the last update: no steady-state figure (run more --iters)"
-    per = (times[-1] - times[full]) / (len(times) - 1 - full)
-    mean_calls = res.history.column("pricing_calls")[full:-1].mean()
-    return f"steady state (updates {full}-{len(times) - 2}, pool full): {per:.3f} s per update ({mean_calls:.1f} calls)"
 
 
 def main() -> None:
@@ -72,7 +57,12 @@ def main() -> None:
         # The split counts the closing row's GLMO too, so its parts are per GLMO call (updates + 1).
         print(f"  split per update (cpu s): {split.line(updates + 1, per_update)}")
         print(f"  update / (one Jacobian + one exact LMO): {per_update / floor(completion.problem):.1f}")
-        print(f"  {steady(res)}")
+        per, start, calls = steady(res)
+        if per is None:
+            print("  the pool filled only in the last update: no steady-state figure (run more --iters)")
+        else:
+            window = f"updates {start}-{updates - 1}, pool full"
+            print(f"  steady state ({window}): {per:.3f} s per update ({calls:.1f} calls)")
 
 
 if __name__ == "__main__":
