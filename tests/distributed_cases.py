@@ -189,6 +189,11 @@ def worker(case: str, out: str, extra: str) -> None:
     elif case == "nccl":
         result = fc.solve(on_cuda(here.rank), "hmsfw", iters=10, seed=SEED, progress=False)
         found = {"x": fc.distributed.gather(flat(result.x.cpu())), "device": result.info["device"]}
+    elif case == "overlap":
+        try:  # both ranks declare rank 0's block of rows
+            fc.solve(sharded(0), "hmsfw", iters=2, seed=SEED, progress=False)
+        except fc.errors.OptionError as exc:
+            found = {"error": str(exc)}
     elif case == "lanczos":
         found = lanczos_case(here.rank)
     elif case == "sharded-checkpoint":

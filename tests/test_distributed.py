@@ -119,6 +119,11 @@ def test_two_ranks_on_nccl_keep_one_iterate(tmp_path):
     assert found["x"][0] == found["x"][1]  # the same step on every rank, from the all-reduced oracle
 
 
+def test_ranks_sharing_rows_are_refused_before_the_run(tmp_path):
+    found, codes = job("overlap", tmp_path)
+    assert codes == [0, 0] and "sharded reads must be disjoint blocks of rows" in found["error"]
+
+
 def test_sharded_checkpoint_and_resume_on_two_ranks(tmp_path):
     found, codes = job("sharded-checkpoint", tmp_path, extra=str(tmp_path))
     assert codes == [0, 0] and found["resumed_from"] == 6
