@@ -213,7 +213,10 @@ def test_one_config_schema_checks_settings_fields_and_fallback(tmp_path: Path) -
     saved = schema.load(cfg.save(tmp_path / "c.json"))
     assert saved.to_dict() == cfg.to_dict()  # floats round-trip exactly
     bad = [
-        ({"settings": {"a": {"sgd": {"eta": 1}}}}, "needs settings and scale for 'a'"),
+        ({"settings": {"a": {"sgd": {"eta": 1}}}}, "needs scale for 'a'"),
+        ({"settings": {}, "scale": {"a": 1}}, "needs settings for 'a'"),
+        ({"settings": {}}, "needs settings and scale for 'a'"),
+        ({"settings": {}, "scale": 3}, r"scale must map each block to its value, got 3"),
         ({"settings": {"a": {"sgd": {"lr": 1}}}, "scale": {"a": 1}}, "a: settings of sgd must hold exactly eta"),
         ({"settings": {"a": {}}, "scale": {"a": True}}, r"scale\['a'\] must be a positive number, got True"),
         ({"settings": []}, "must be a JSON object with 'settings'"),

@@ -75,12 +75,6 @@ class ProtocolConfig:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for block in self.schema.blocks:
-            missing = [name for name in self.schema.fields if block not in self.fields.get(name, {})]
-            if block not in self.settings or missing:
-                raise OptionError(
-                    f"the configuration needs settings and {' and '.join(missing) or 'fields'} for {block!r}"
-                )
         for name, check in self.schema.fields.items():
             values = self.fields.setdefault(name, {})
             if not isinstance(values, dict):
@@ -90,6 +84,11 @@ class ProtocolConfig:
                     values[block] = check(value)
                 except OptionError as exc:
                     raise OptionError(f"{name}[{block!r}] {exc}") from None
+        for block in self.schema.blocks:
+            missing = [name for name in self.schema.fields if block not in self.fields[name]]
+            if block not in self.settings or missing:
+                needs = " and ".join((["settings"] if block not in self.settings else []) + missing)
+                raise OptionError(f"the configuration needs {needs} for {block!r}")
         for block, methods in self.settings.items():
             if not isinstance(methods, dict):
                 raise OptionError(f"settings[{block!r}] must map methods to their settings, got {methods!r}")
