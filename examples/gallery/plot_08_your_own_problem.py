@@ -1,14 +1,10 @@
 """Your own problem: a declarative problem script, `fullcomp run` and `fullcomp report`.
 
-A problem script is a plain Python file with build(args) returning a fc.CompositeProblem: F as a CVXPY
-expression in fc.inner_value(n), f~ as a torch function of (x, batch), X as a fullcomp set, a sampler
-drawing batches from fullcomp's seeded generator. This example writes such a script (printed below)
-into the output folder, runs it with `fullcomp run SCRIPT --iters N --out DIR -- --alpha 0.3` (the
-script's own options go after --) and tabulates and plots the run folder with `fullcomp report DIR
---plot`, both through fullcomp.cli.main, as the shell would. The figure shows the report's own gap.png
-(left: the tracked gap estimate against optimizer seconds) beside the objective curve re-read from the
-run folder with fc.Result.load (right: the estimate F(z_k, y_k) against iterations, and the exact
-objective that the run evaluated on full_batch at its first and last rows).
+A problem script is a Python file whose build(args) returns a fc.CompositeProblem (F in CVXPY, f~ in
+torch, X a fullcomp set, a sampler on fullcomp's generator). This example writes one (printed below), runs
+`fullcomp run SCRIPT --iters N --out DIR -- --alpha 0.3` (the script's options after --) and `fullcomp
+report DIR --plot` through fullcomp.cli.main, as the shell would. Left: the report's gap.png; right: the
+objective re-read with fc.Result.load, with the exact objective on full_batch at the first and last rows.
 """
 
 import argparse
