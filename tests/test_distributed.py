@@ -78,16 +78,18 @@ def test_two_ranks_match_one_process_drawing_the_union(tmp_path):
         # Equal up to the order of floating-point sums: the mean of the ranks' means against the union's mean.
         # Sharded entries split every sum over entries into the ranks' partial sums, which differ from the
         # one-process sums in the last bit; the master's interior-point solves amplify that by about 10x every
-        # few iterations (measured: 5e-12 in the first update, 3e-7 relative by the 20th), hence 1e-5 there.
+        # few iterations (measured: 1e-11 in the rows of the first update, 2e-10 by the 10th, 4e-7 in the rows
+        # and 2e-6 in x by the 20th), hence 1e-4 there and 1e-8 over the first four rows.
         # Clipped SCFW's fresh noisy samples amplify faster (1e-11 at k = 0, O(1) by k = 20): its first rows
         # still agree, which a rank clipping by its own part of the Jacobian's norm would not.
         if name == "clipped-scfw-sharded":
             close(found[name]["rows"][:5], single["rows"][:5], 1e-7, name)
             continue
-        tol = 1e-5 if name.endswith("-sharded") else 1e-10
+        sharded = name.endswith("-sharded")
+        tol = 1e-4 if sharded else 1e-10
         assert found[name]["x"] == pytest.approx(single["x"], rel=tol, abs=tol), name
-        close(found[name]["rows"], single["rows"], 10 * tol, name)
-        close(found[name]["rows"][:4], single["rows"][:4], 1e-9, name)
+        close(found[name]["rows"], single["rows"], tol if sharded else 1e-9, name)
+        close(found[name]["rows"][:4], single["rows"][:4], 1e-8 if sharded else 1e-9, name)
     # The structured run sends the Jacobian columns its batches touched (at most 2 x 8 of 64 entries), not
     # every column: per sample, less than the dense (2, 64) float64 Jacobian the all-reduce would carry.
     samples = 21  # the first sample and one per iteration

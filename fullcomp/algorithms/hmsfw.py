@@ -76,17 +76,6 @@ def blend_atoms(atoms: list, res: Any, gamma: float) -> list:
     return blended
 
 
-def check_row_blocks(reads: Entries) -> None:
-    """Refuse sharded reads unless the ranks hold disjoint blocks of rows (what the split Lanczos relies on)."""
-    blocks = distributed.gather((int(reads.rows.min()), int(reads.rows.max())))
-    ordered = sorted(blocks)
-    if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
-        raise OptionError(
-            f"sharded reads must be disjoint blocks of rows, one per rank; the ranks hold rows {blocks} "
-            "(first, last): give each rank a contiguous range of rows and their entries"
-        )
-
-
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     """HMSFW (Algorithm 1): x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k); trackers at y_{k+1}."""
     value_tracker, tracker, exact, clip = VARIANTS[hp["variant"]], hp["tracker"], hp["exact"], hp["clip"]
@@ -122,10 +111,10 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         # rebuilt from the atoms at the end.
         kept = problem.kept_entries
         track = Entries(kept.flat[len(reads) :], domain.shape)
-        columns = {"local_columns": True} if problem.sharded else {"sparse_columns": True}
-        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype, **columns)
+        columns = "own" if problem.sharded else "touched"
+        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype, columns=columns)
         if problem.sharded:
-            check_row_blocks(reads)
+            reads.check_row_blocks()
         y0 = problem.x0_at(kept)
     n_read = len(reads) if reads is not None else domain.size
     start_atom = None if reads is None else problem.start_atom()

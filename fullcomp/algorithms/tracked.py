@@ -124,9 +124,7 @@ class InnerMap:
             self.oracle = InnerOracle(problem.inner, problem.n, domain.shape, device, dtype)
         else:
             self.index = torch.as_tensor(problem.reads.flat, device=device)
-            self.oracle = InnerOracle(
-                problem.inner, problem.n, (len(problem.reads),), device, dtype, sparse_columns=True
-            )
+            self.oracle = InnerOracle(problem.inner, problem.n, (len(problem.reads),), device, dtype, columns="touched")
 
     def read(self, x: torch.Tensor) -> torch.Tensor:
         """The entries of a flat point (or step) that the map reads: all of it, or those at ``reads``."""

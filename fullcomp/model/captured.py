@@ -74,7 +74,8 @@ def _collect(value: Any, note: Callable, depth: int, seen: set[int], budget: lis
     elif isinstance(value, (tuple, list, set, frozenset)):
         items = value
     elif dataclasses.is_dataclass(value):
-        items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
+        # Fields left out of equality (compare=False) are caches and work arrays, not the data.
+        items = (getattr(value, f.name, None) for f in dataclasses.fields(value) if f.compare)
     else:
         return
     for item in itertools.islice(items, 1000):

@@ -48,6 +48,12 @@ def check_inner_output(out: Any, n: int, where: str) -> torch.Tensor:
     return out
 
 
+#: How the ranks' Jacobians are averaged: "all" by one dense all-reduce; "touched" by sending only the columns
+#: some rank's batch touched (a map reading many entries); "own" not at all, since on sharded entries the other
+#: ranks' Jacobians vanish on this rank's columns and the mean is this rank's own divided by their number.
+COLUMNS = ("all", "touched", "own")
+
+
 class InnerOracle:
     """Evaluates ``inner(x, batch)`` and its Jacobian at x in ``dtype`` on ``device``.
 
@@ -63,14 +69,12 @@ class InnerOracle:
         shape: tuple[int, ...],
         device: Any,
         dtype: torch.dtype,
-        sparse_columns: bool = False,
-        local_columns: bool = False,
+        columns: str = "all",
     ):
+        if columns not in COLUMNS:
+            raise ValueError(f"columns must be one of {COLUMNS}, got {columns!r}")
         self.inner, self.n, self.shape = inner, n, shape
-        self.sparse_columns = sparse_columns  # data-parallel: average only the columns a batch touched
-        # Sharded entries: the other ranks' Jacobians are zero on this rank's columns, so the mean over the
-        # ranks is this rank's own divided by their number, and nothing is sent.
-        self.local_columns = local_columns
+        self.columns = columns
         self.device, self.dtype = torch.device(device), dtype
 
         self._k = 0
@@ -107,9 +111,9 @@ class InnerOracle:
         value, jac = value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1)
         if not self._parallel:
             return value, jac
-        if self.local_columns:  # in place: a fresh (n, |reads|) array would page-fault its way in
+        if self.columns == "own":  # in place: a fresh (n, |reads|) array would page-fault its way in
             return distributed.mean(value)[0], jac.div_(distributed.world().size)
-        if self.sparse_columns:
+        if self.columns == "touched":
             return distributed.mean(value)[0], distributed.mean_columns(jac)
         return distributed.mean(value, jac)
 

@@ -49,14 +49,7 @@ def problem_fingerprint(problem: Any) -> dict:
             "outer": str(problem.outer.expr),
             "reads": None if problem.reads is None else int(len(problem.reads)),
             "sharded": problem.sharded,
-            # The entries' indices, not the Entries object: its work array changes as the run prices atoms.
-            "data": data_hash(
-                problem.inner,
-                problem.sampler,
-                problem.full_batch,
-                problem._x0,
-                None if problem.reads is None else problem.reads.flat,
-            ),
+            "data": data_hash(problem.inner, problem.sampler, problem.full_batch, problem._x0, problem.reads),
         }
     blocks = {name: getattr(problem, name) for name in ("x", "y", "z")}
     return {

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fullcomp import distributed
+from fullcomp.errors import OptionError
 
 
 @dataclass
@@ -47,6 +48,17 @@ class Entries:
     def total(self, partial: Any) -> Any:
         """A sum over these entries (numpy array or tensor) completed over the ranks when they are sharded."""
         return distributed.total(partial) if self.sharded else partial
+
+    def check_row_blocks(self) -> None:
+        """Refuse sharded entries unless the ranks hold disjoint blocks of rows (what the split Lanczos relies
+        on); a collective, so every rank calls it."""
+        blocks = distributed.gather((int(self.rows.min()), int(self.rows.max())))
+        ordered = sorted(blocks)
+        if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+            raise OptionError(
+                f"sharded reads must be disjoint blocks of rows, one per rank; the ranks hold rows {blocks} "
+                "(first, last): give each rank a contiguous range of rows and their entries"
+            )
 
     def scratch(self) -> np.ndarray:
         """A float64 work array of len(self), allocated once."""
