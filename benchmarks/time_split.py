@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fullcomp.glmo.master import ConicMaster
-from fullcomp.oracles.jacobian import InnerOracle
+from fullcomp.oracles.jacobian import InnerOracle, dense
 
 
 class TimeSplit:
@@ -57,7 +57,8 @@ def floor(problem, rounds: int = 3) -> float:
     """CPU seconds of one minibatch Jacobian at the start plus one exact (cold) LMO of a direction V^T q."""
     reads = problem.reads
     n_read = len(reads)
-    oracle = InnerOracle(problem.inner, problem.n, (n_read,), "cpu", torch.float64)
+    inner = problem.inner if problem.touches is None else problem.inner_on_touched
+    oracle = InnerOracle(inner, problem.n, (n_read,), "cpu", torch.float64, touches=problem.touches)
     x = torch.zeros(n_read, dtype=torch.float64)
     generator = torch.Generator().manual_seed(0)
     times = []
@@ -65,7 +66,8 @@ def floor(problem, rounds: int = 3) -> float:
         batch = problem.sample(generator)
         start = time.process_time()
         _, jac = oracle(x, batch, 0)
-        direction = np.full(problem.n, 1.0 / problem.n) @ jac.numpy()
+        # A direction stored on every entry read, as V^T q is once the tracker has seen a few batches.
+        direction = np.full(problem.n, 1.0 / problem.n) @ dense(jac).numpy()
         problem.domain.lmo_bounded(direction, reads)
         times.append(time.process_time() - start)
     return statistics.median(times)

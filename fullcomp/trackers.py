@@ -10,24 +10,47 @@ Hessian-corrected one (Appendix N), whose correction needs
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch.func import jacrev, jvp
 
+from fullcomp.oracles.jacobian import BatchJacobian
+
+
+@dataclass
+class Revision:
+    """Names a Jacobian tracker V (``tag``) and, when known, how it came from an earlier one (``since``):
+    V = keep V_since + weight J, J a :class:`BatchJacobian` (None: no such term).
+
+    A GLMO that keeps products with V (column generation's pooled atoms' images V a_j) updates them on J's
+    few columns instead of recomputing them over every entry.
+    """
+
+    tag: int
+    since: int | None = None
+    keep: float = 1.0
+    weight: float = 0.0
+    jacobian: BatchJacobian | None = None
+
 
 def polyak(
-    previous: torch.Tensor, sample: torch.Tensor, weight: float, out: torch.Tensor | None = None
+    previous: torch.Tensor, sample: torch.Tensor | BatchJacobian, weight: float, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Polyak momentum (1 - w) previous + w sample.
 
     The Jacobian tracker V_k of HMSFW (weight beta_k) and the Variant I value
     tracker z_k (weight rho_k).  ``out=sample`` overwrites a sample the caller
     owns: at 7 x 800,000 a fresh result cost 8 times the update (page faults).
+    A :class:`BatchJacobian` sample needs ``out``, a buffer other than ``previous``
+    (work on its columns only, after one scaling pass).
     Weight 1 (the deterministic and vanilla schedules) returns the sample itself,
     the same bits as the lerp.
     """
+    if isinstance(sample, BatchJacobian):
+        return sample.blend(previous, weight, out)
     if weight == 1:
         return sample if out is None or out is sample else out.copy_(sample)
     return torch.lerp(previous, sample, weight, out=out)

@@ -13,11 +13,19 @@ from fullcomp.algorithms.tracked import SCHEDULE, line_search, true_objective
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem
-from fullcomp.oracles import InnerOracle, check_inner_output
+from fullcomp.oracles import BatchJacobian, InnerOracle, check_inner_output, dense
 from fullcomp.run import Result, RunOptions
 from fullcomp.schedules import Schedule, resolve
 from fullcomp.sets.atoms import Entries, combine
-from fullcomp.trackers import hessian_contraction, hessian_corrected, polyak, segment_point, storm, taylor
+from fullcomp.trackers import (
+    Revision,
+    hessian_contraction,
+    hessian_corrected,
+    polyak,
+    segment_point,
+    storm,
+    taylor,
+)
 from fullcomp.validation import BOOL, CALLABLE, NONE, Interval, Options, Pair, Param, positive
 
 VARIANTS = {"taylor": "taylor", "ii": "taylor", "polyak": "polyak", "i": "polyak"}
@@ -108,11 +116,13 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     else:
         # Structured path: the map reads x only at ``reads``, so the trackers live on those entries and
         # the iterate is kept only there and at ``track`` (evaluation entries); the dense point is
-        # rebuilt from the atoms at the end.
+        # rebuilt from the atoms at the end.  A map declared on the entries a batch touches has sparse sampled
+        # Jacobians: the tracker and the GLMO's pool images then move on those columns only.
         kept = problem.kept_entries
         track = Entries(kept.flat[len(reads) :], domain.shape)
         columns = "own" if problem.sharded else "touched"
-        oracle = InnerOracle(problem.inner, outer.n, (len(reads),), device, dtype, columns=columns)
+        inner = problem.inner if problem.touches is None else problem.inner_on_touched
+        oracle = InnerOracle(inner, outer.n, (len(reads),), device, dtype, columns=columns, touches=problem.touches)
         if problem.sharded:
             reads.check_row_blocks()
         y0 = problem.x0_at(kept)
@@ -133,7 +143,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         if clip is not None:
             # Clipped SCFW: rescale the stacked Jacobian to Frobenius norm at most ``clip`` (the whole
             # Jacobian's norm: on sharded entries, completed over the ranks).
-            norm = torch.linalg.norm(jac)
+            norm = jac.norm() if isinstance(jac, BatchJacobian) else torch.linalg.norm(jac)
             if problem.sharded:
                 norm = reads.total(norm**2).sqrt()
             jac = jac * torch.clamp(clip / norm.clamp_min(1e-300), max=1.0)
@@ -156,28 +166,44 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             return out.detach().to(dtype) / distributed.world().size
         return distributed.mean(out.detach().to(dtype))[0]
 
-    def track_jacobian(V: torch.Tensor, y: torch.Tensor, y_next: torch.Tensor, beta: float, k: int):
-        """One sample at y_next; the value and the next Jacobian tracker V_k -> V_{k+1}."""
+    spare: list[torch.Tensor] = []  # the tracker buffer of the state before last, which no state holds now
+
+    def buffer_for(V: torch.Tensor) -> torch.Tensor:
+        """Where V_{k+1} goes when V_k is updated on a sparse sample's columns: a fresh (n, |reads|) array
+        page-faults its way in (0.3 s at 10^7 entries), so two buffers take turns."""
+        out = spare.pop() if spare else None
+        if out is None or out is V or out.shape != V.shape:
+            out = torch.empty_like(V)
+        spare.append(V)
+        return out
+
+    def track_jacobian(state: dict, y_next: torch.Tensor, beta: float, k: int):
+        """One sample at y_next; the value, the next Jacobian tracker V_k -> V_{k+1} and its revision."""
+        V, y, revision = state["V"], state["y"], Revision(k)
         if tracker == "storm":
             # Both Jacobians on the same batch object: the STORM difference sees one sample.
             xi = batch()
             value, jac = oracle(y_next[:n_read], xi, k)
             _, jac_previous = oracle(y[:n_read], xi, k)
-            return value, storm(V, jac, jac_previous, beta)
+            return value, storm(V, dense(jac), dense(jac_previous), beta), revision
         value, jac = sample_at(y_next, k)
         if tracker == "polyak":
-            return value, polyak(V, jac, beta, out=jac)  # jac is this step's own
+            if isinstance(jac, BatchJacobian):
+                tag = state["revision"].tag
+                return value, polyak(V, jac, beta, out=buffer_for(V)), Revision(k, tag, 1.0 - beta, beta, jac)
+            return value, polyak(V, jac, beta, out=jac), revision  # jac is this step's own
         # Hessian correction: the point's draw and the extra batch both come from the run's generator.
         u = float(torch.rand((), generator=generator, dtype=torch.float64, device=generator.device))
         alpha, weight = segment_point(u, point_shape)
         step_read = y_next[:n_read] - y[:n_read]
         correction = weight * contraction(y[:n_read] + alpha * step_read, step_read, k)
-        return value, hessian_corrected(V, jac, correction, beta)
+        return value, hessian_corrected(V, dense(jac), correction, beta), revision
 
     # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
     y0 = tensor(y0)
     value, jac = sample_at(y0, 0)
-    state = {"y": y0, "y_prev": y0, "V": jac, "z": value, "start": 1.0, "atoms": [], "shift": 0.0}
+    state = {"y": y0, "y_prev": y0, "V": dense(jac), "revision": Revision(0), "z": value, "start": 1.0}
+    state.update(atoms=[], shift=0.0)
     if hp["first_step"] != "auto":
         state["shift"] = 2.0 / hp["first_step"] - 2.0
     warm = hp["first_step"] == "auto" and problem.warm_start
@@ -195,7 +221,14 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         """One GLMO on the tracked model z + V (x - y); the row describing y_k."""
         y, z = numpy(state["y"][:n_read]), numpy(state["z"])
         res = solver.solve(
-            z, numpy(state["V"]), y, tol=tolerance(k), max_calls=max_pricing, entries=reads, start=start_atom
+            z,
+            numpy(state["V"]),
+            y,
+            tol=tolerance(k),
+            max_calls=max_pricing,
+            entries=reads,
+            start=start_atom,
+            revision=state["revision"],
         )
         objective = outer.value(z, y)
         row = {
@@ -237,12 +270,13 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             x = tensor(np.concatenate([res.x, sum(w * a.at(track) for w, a in zip(res.weights, res.atoms))]))
             atoms = blend_atoms(state["atoms"], res, gamma)
         y_next = y + gamma * (x - y)
-        value, V = track_jacobian(state["V"], y, y_next, beta, k + 1)
+        value, V, revision = track_jacobian(state, y_next, beta, k + 1)
         if value_tracker == "taylor":
             z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, None if reads is None else reads.total)
         else:
             z = polyak(state["z"], value, rho)
-        new = {**state, "y": y_next, "y_prev": y, "V": V, "z": z, "start": state["start"] * (1 - gamma), "atoms": atoms}
+        new = {**state, "y": y_next, "y_prev": y, "V": V, "revision": revision, "z": z, "atoms": atoms}
+        new["start"] = state["start"] * (1 - gamma)
         return new, row
 
     def dense_point(state: dict) -> torch.Tensor | None:

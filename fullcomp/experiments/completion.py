@@ -3,8 +3,10 @@
 f_g(X) is the mean Huber loss (delta 1) of group g's training ratings; a
 sample draws ``batch`` ratings per group with replacement.  The problem is
 declared with ``reads`` = the training entries, so Jacobians, trackers and
-LMO directions live on observed ratings only, and ``track`` = validation and
-test entries, so evaluation reads the iterate there without a dense matrix.
+LMO directions live on observed ratings only, ``touches`` = the ratings a batch
+draws, so a sampled Jacobian has a column per drawn rating, and ``track`` =
+validation and test entries, so evaluation reads the iterate there without a
+dense matrix.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from fullcomp.sets import NuclearBall
 
 OBJECTIVES = ("max", "cvar")
 CVAR_ALPHA = 0.3
+
+
+def positions_read(positions: torch.Tensor) -> torch.Tensor:
+    """The entries a batch of (groups, batch) positions into the training ratings reads, group by group."""
+    return positions.reshape(-1)
 
 
 def base_radius(data: RatingData) -> float:
@@ -120,20 +127,22 @@ def completion_problem(
         draws = torch.rand(n, batch, generator=generator, dtype=torch.float64)
         return to_read[starts[:, None] + (draws * counts[:, None]).long()]
 
-    def group_loss(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        target = ratings.to(values.dtype)
-        # index_select, not values[positions]: advanced indexing's backward is far slower on CPU.
-        flat = positions.reshape(-1)
-        residual = values.index_select(0, flat) - target.index_select(0, flat)
+    def touched_loss(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The group means on the values the batch reads (``touches``: the positions, group by group)."""
+        residual = values - ratings.to(values.dtype).index_select(0, positions.reshape(-1))
         return huber(residual).reshape(positions.shape).mean(dim=1)
 
     if structured:
         track = np.concatenate([data.flat_index("val"), data.flat_index("test")])
-        problem = CompositeProblem(outer, group_loss, domain, sampler=sampler, reads=reads, track=track)
+        problem = CompositeProblem(
+            outer, touched_loss, domain, sampler=sampler, reads=reads, track=track, touches=positions_read
+        )
     else:
 
         def dense_loss(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-            return group_loss(x.reshape(-1).index_select(0, reads_t), positions)
+            # index_select, not x[...]: advanced indexing's backward is far slower on CPU.
+            entries = reads_t.index_select(0, positions_read(positions))
+            return touched_loss(x.reshape(-1).index_select(0, entries), positions)
 
         problem = CompositeProblem(outer, dense_loss, domain, sampler=sampler)
     return Completion(data, problem, objective, radius, unsort)
@@ -182,12 +191,13 @@ def sharded_completion_problem(
         draws = torch.rand(n, per, generator=generator, dtype=torch.float64)
         return torch.stack([m[(d * m.numel()).long()] for m, d in zip(members, draws)])
 
-    def group_loss(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        flat_positions = positions.reshape(-1)
-        residual = values.index_select(0, flat_positions) - ratings.to(values.dtype).index_select(0, flat_positions)
+    def touched_loss(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        residual = values - ratings.to(values.dtype).index_select(0, positions.reshape(-1))
         return weights.to(values.dtype) * huber(residual).reshape(positions.shape).mean(dim=1)
 
     u = inner_value(n)
     outer = cp.max(u) if objective == "max" else cvar(u, CVAR_ALPHA)
     domain = NuclearBall(data.shape, radius_scale * base_radius(data))
-    return CompositeProblem(outer, group_loss, domain, sampler=sampler, reads=flat, sharded=True)
+    return CompositeProblem(
+        outer, touched_loss, domain, sampler=sampler, reads=flat, touches=positions_read, sharded=True
+    )

@@ -33,8 +33,10 @@ class AffineGLMO:
         max_calls: int | None = None,
         entries: Entries | None = None,
         start: Atom | None = None,
+        revision: Any = None,
     ) -> GLMOResult:
-        """Solve the GLMO for the model z + V (x - y); arguments as for column generation."""
+        """Solve the GLMO for the model z + V (x - y); arguments as for column generation (one LMO keeps no
+        products with V, so ``revision`` does not apply)."""
         check_tol(tol, max_calls)
         dense = entries is None
         if dense:

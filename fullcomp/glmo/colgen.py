@@ -14,6 +14,7 @@ from fullcomp.glmo.master import ConicMaster
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
 from fullcomp.sets.base import Set
+from fullcomp.trackers import Revision
 
 DEFAULT_MAX_CALLS = 500
 ZERO_WEIGHT = 1e-8  # interior-point masters leave ~1e-9 on atoms that carry no weight
@@ -66,6 +67,7 @@ class ColumnGenerationGLMO:
         self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads
         self._work = np.empty((2, 0))  # the direction and a priced atom's values, reused across calls
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
+        self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
 
     def solve(
         self,
@@ -76,6 +78,7 @@ class ColumnGenerationGLMO:
         max_calls: int | None = None,
         entries: Entries | None = None,
         start: Atom | None = None,
+        revision: Revision | None = None,
     ) -> GLMOResult:
         """Solve the GLMO for the model z + V (x - y).
 
@@ -83,7 +86,8 @@ class ColumnGenerationGLMO:
         y holds the iterate's values there, and ``result.x`` the solution's.  Sharded entries (a rank's
         rows) make every sum over entries a sum over the ranks too; the master, solved identically on every
         rank from the same all-reduced images, needs no broadcast.
-        ``start`` (y as an atom) seeds an empty pool.
+        ``start`` (y as an atom) seeds an empty pool.  ``revision`` names V and says how it came from the
+        V of an earlier call: the pooled atoms' images V a_j are then carried over from that call.
         """
         check_tol(tol, max_calls)
         max_calls = DEFAULT_MAX_CALLS if max_calls is None else int(max_calls)
@@ -93,8 +97,7 @@ class ColumnGenerationGLMO:
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
         self.c.value = c
         self._cache_values(entries)
-        # One contiguous product over all slots (boolean-indexing the cache would copy it); idle slots are masked.
-        images = np.where(self.active, entries.total((self.values @ Vm.T).T), 0.0)
+        images = self._pool_images(Vm, entries, revision)
         calls = 0
         if not self.active.any():
             # Seed an empty pool with the current point (it costs no pricing call, so max_calls holds
@@ -117,6 +120,7 @@ class ColumnGenerationGLMO:
             self._add(atom, values, image, images, lam)
             if calls >= max_calls:
                 break
+        self._images = None if revision is None else (revision.tag, images.copy())
         used = np.flatnonzero(lam > 0)
         x = lam @ self.values  # lam is zero on idle slots
         if entries is self._all:
@@ -143,6 +147,26 @@ class ColumnGenerationGLMO:
         values = atom.at(entries, out=values)
         return atom, values, entries.total(Vm @ values), max(base - lower, 0.0)
 
+    def _pool_images(self, Vm: np.ndarray, entries: Entries, revision: Revision | None) -> np.ndarray:
+        """V a_j for every pooled atom (zero on idle slots), an (n, slots) array.
+
+        Carried over when ``revision`` relates V to the V of the last call: keep V_since a_j + weight J a_j,
+        with J on its few columns; otherwise one product over every entry (2 GB of values at 10^7 entries).
+        """
+        carried = self._images
+        if revision is not None and carried is not None and carried[0] in (revision.tag, revision.since):
+            images = carried[1].copy()
+            if carried[0] == revision.since:
+                images *= revision.keep
+                J = revision.jacobian
+                if J is not None:
+                    columns, values = J.columns.cpu().numpy(), as_numpy(J.values)
+                    images += revision.weight * entries.total(values @ self.values[:, columns].T)
+        else:
+            # One contiguous product over all slots (boolean-indexing the cache would copy it).
+            images = entries.total((self.values @ Vm.T).T)
+        return np.where(self.active, images, 0.0)
+
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""
         active = np.flatnonzero(self.active)
@@ -162,8 +186,11 @@ class ColumnGenerationGLMO:
     def _cache_values(self, entries: Entries) -> None:
         """Keep every pooled atom's values at ``entries``: atoms persist across calls, entries do not change."""
         if self._entries is not entries:
+            fresh = self._entries is not None  # other entries than the images were for (not a resume)
             self._entries, self.values = entries, np.zeros((self.active.size, len(entries)))
             self._work = np.empty((2, len(entries)))
+            if fresh:
+                self._images = None
             for j in np.flatnonzero(self.active):
                 self.values[j] = self.atoms[j].at(entries)
 
@@ -189,9 +216,14 @@ class ColumnGenerationGLMO:
         self.active[j] = False
 
     def state_dict(self) -> dict:
-        return {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy(), "hint": self.hint}
+        state = {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy(), "hint": self.hint}
+        # The carried images round differently from recomputed ones: a resume exact to the bit needs them.
+        state["images"] = None if self._images is None else (self._images[0], self._images[1].copy())
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.atoms, self.active, self.q = list(state["atoms"]), np.array(state["active"]), np.array(state["q"])
         self.hint = state.get("hint")
         self._entries = None  # the value cache is rebuilt from the atoms
+        images = state.get("images")
+        self._images = None if images is None else (int(images[0]), np.array(images[1]))

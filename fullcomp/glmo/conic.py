@@ -58,9 +58,10 @@ class ConicGLMO:
         max_calls: int | None = None,
         entries: Entries | None = None,
         start: Any = None,
+        revision: Any = None,
     ) -> GLMOResult:
-        """Solve the GLMO for the model z + V (x - y) with one conic solve; ``max_calls`` and ``start``
-        do not apply here, and ``tol`` only decides ``result.converged`` (the solver's accuracy is fixed).
+        """Solve the GLMO for the model z + V (x - y) with one conic solve; ``max_calls``, ``start`` and
+        ``revision`` do not apply here, and ``tol`` only decides ``result.converged`` (the solver's accuracy is fixed).
 
         With ``entries`` the model reads x only there (V is (n, len(entries))).
         """

@@ -15,7 +15,7 @@ from cvxpy.transforms.partial_optimize import PartialProblem
 from fullcomp.errors import DomainError, ModelError, OptionError, OracleError
 from fullcomp.model.captured import captured, data_device, floating_dtypes
 from fullcomp.model.placeholder import is_placeholder
-from fullcomp.oracles import call_checked, check_directional_derivative, check_inner_output
+from fullcomp.oracles import call_checked, check_directional_derivative, check_inner_output, check_touched
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, ZeroAtom
 from fullcomp.sets.balls import NuclearBall
 from fullcomp.sets.base import Set
@@ -131,6 +131,15 @@ class Outer:
         return float(np.asarray(out).reshape(()))
 
 
+def on_reads(inner: InnerMap, touches: Callable[[Any], torch.Tensor]) -> InnerMap:
+    """The map on all the entries read that a map on the entries a batch touches defines."""
+
+    def inner_on_reads(values: torch.Tensor, batch: Any) -> torch.Tensor:
+        return inner(values.index_select(0, touches(batch)), batch)
+
+    return inner_on_reads
+
+
 class CompositeProblem:
     """min over x in ``domain`` of F(f(x), x), with f(x) = E[inner(x, batch)].
 
@@ -162,6 +171,14 @@ class CompositeProblem:
     track : int array, optional
         Further entries whose values the solver keeps (e.g. validation and
         test ratings for evaluation callbacks); only with ``reads``.
+    touches : callable, optional
+        ``touches(batch) -> 1-D integer tensor`` of positions into ``reads``
+        (repeats allowed): the entries a batch reads.  ``inner`` is then
+        written on those values only, ``inner(values, batch)`` with ``values
+        = x.reshape(-1)[reads][touches(batch)]``, so a sampled Jacobian has
+        one column per touched entry instead of ``len(reads)`` (a batch of
+        7 x 1024 ratings touches 7,168 of 8,000,000), and trackers and the
+        GLMO update on those columns.  Only with ``reads``.
     sharded : bool, default False
         In a distributed job, ``reads`` are this rank's own entries: whole
         rows of a matrix, disjoint from the other ranks', and the sampler
@@ -197,6 +214,7 @@ class CompositeProblem:
         full_batch: Any = None,
         reads: Any = None,
         track: Any = None,
+        touches: Callable[[Any], torch.Tensor] | None = None,
         sharded: bool = False,
         dtype: torch.dtype | None = None,
         check_gradient: bool = True,
@@ -218,7 +236,18 @@ class CompositeProblem:
             )
         if not isinstance(check_gradient, bool):
             raise ModelError(f"check_gradient must be True or False, got {check_gradient!r}")
-        self.inner = inner
+        if touches is not None and not callable(touches):
+            raise ModelError(
+                f"touches must be a callable touches(batch) -> positions into reads, got {type(touches).__name__}"
+            )
+        if touches is not None and reads is None:
+            raise ModelError("touches= needs reads=: it gives the positions, among the entries read, a batch touches")
+        #: The callables the user declared: what the data's dtype, device and hash are read from.
+        self.maps = (inner,) if touches is None else (inner, touches)
+        self.touches, self.inner_on_touched = touches, None if touches is None else inner
+        #: The map on all of x's values at ``reads`` (or on x): what every method that needs no sparse
+        #: Jacobian evaluates and differentiates.
+        self.inner = inner if touches is None else on_reads(inner, touches)
         self.sampler = sampler
         self.full_batch = full_batch
         given_x0 = x0
@@ -248,7 +277,7 @@ class CompositeProblem:
         )
         # The data's device: the probe runs there, with a generator there for the sampler (a map over CUDA
         # tensors is checked on the GPU).
-        captures = [captured(inner), full_batch] + ([captured(sampler)] if sampler is not None else [])
+        captures = [*map(captured, self.maps), full_batch] + ([captured(sampler)] if sampler is not None else [])
         self.device = data_device(captures)
         generator = torch.Generator(device=self.device).manual_seed(0)
         batch = None if sampler is None else call_checked(sampler, (generator,), "sampler", SAMPLER_SIGNATURE)
@@ -273,7 +302,7 @@ class CompositeProblem:
         """The data's dtype and where it was seen (None: nothing floating was found, float64 by default)."""
         if dtype is not None:
             return dtype, f"declared by CompositeProblem(dtype={dtype})"
-        sources = [("the inner map's data", captured(self.inner))]
+        sources = [("the inner map's data", [captured(f) for f in self.maps])]
         if self.sampler is not None:
             sources.append(("the sampler's data", captured(self.sampler)))
         sources += [("the sampled batch", batch), ("full_batch", self.full_batch)]
@@ -367,6 +396,12 @@ class CompositeProblem:
     def _check_inner(self, batch: Any, check_gradient: bool) -> None:
         point = self.x0 if self.reads is None else self.x0_at(self.reads)
         start = torch.as_tensor(point, dtype=self._dtype, device=self.device)
+        if self.touches is not None:
+            index = call_checked(self.touches, (batch,), "touches", "touches(batch) -> positions into reads")
+            try:
+                check_touched(index, len(self.reads), "on the sampler's first batch")
+            except OracleError as exc:
+                raise ModelError(str(exc)) from None
         with torch.no_grad():
             out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
         try:

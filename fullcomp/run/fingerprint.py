@@ -49,7 +49,7 @@ def problem_fingerprint(problem: Any) -> dict:
             "outer": str(problem.outer.expr),
             "reads": None if problem.reads is None else int(len(problem.reads)),
             "sharded": problem.sharded,
-            "data": data_hash(problem.inner, problem.sampler, problem.full_batch, problem._x0, problem.reads),
+            "data": data_hash(*problem.maps, problem.sampler, problem.full_batch, problem._x0, problem.reads),
         }
     blocks = {name: getattr(problem, name) for name in ("x", "y", "z")}
     return {
