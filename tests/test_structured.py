@@ -242,3 +242,23 @@ def test_column_generation_carries_its_pool_images_over_a_sparse_tracker_step():
     glmo.solve(z, V0, y, tol=1e-6, entries=entries, start=start, revision=Revision(0))
     misled = glmo.solve(z, V1, y, tol=1e-6, entries=entries, start=start, revision=Revision(1, since=0))
     assert abs(misled.value - answers[0].value) > 1e-6
+
+
+@pytest.mark.parametrize("route", ["colgen", "conic"])
+def test_a_glmo_gives_x_at_the_tracked_entries_after_those_read(route):
+    """Column generation keeps its pooled atoms' values at ``track``; x there is its atoms' combination."""
+    from fullcomp.glmo import build_glmo
+    from fullcomp.sets.atoms import Entries, ZeroAtom
+
+    X = fc.NuclearBall((P, Q), 2.0)
+    glmo = build_glmo(cp.max(fc.inner_value(GROUPS)), X, route=route)
+    entries, track = Entries(READS, (P, Q)), Entries(TRACK, (P, Q))
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # later calls start from a warm pool
+        V, z = rng.standard_normal((GROUPS, OBSERVED)), rng.standard_normal(GROUPS)
+        args = (z, V, np.zeros(OBSERVED))
+        res = glmo.solve(*args, tol=1e-6, entries=entries, start=ZeroAtom((P, Q)), track=track)
+        combined = sum(w * a.at(track) for w, a in zip(res.weights, res.atoms))
+        assert res.x.shape == (OBSERVED + len(TRACK),)
+        assert np.allclose(res.x[OBSERVED:], combined, rtol=0, atol=1e-12)
+        assert np.allclose(res.x[:OBSERVED], sum(w * a.at(entries) for w, a in zip(res.weights, res.atoms)), atol=1e-12)

@@ -111,7 +111,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     solver = build_glmo(outer, domain, route=hp["glmo"], pool=hp["pool"])
     if reads is None:
         # Dense path: the iterate is the whole point, the Jacobian is (n, d).
-        kept, oracle = None, InnerOracle(problem.inner, outer.n, domain.shape, device, dtype)
+        kept, track, oracle = None, None, InnerOracle(problem.inner, outer.n, domain.shape, device, dtype)
         y0 = problem.x0.reshape(-1)
     else:
         # Structured path: the map reads x only at ``reads``, so the trackers live on those entries and
@@ -119,7 +119,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         # rebuilt from the atoms at the end.  A map declared on the entries a batch touches has sparse sampled
         # Jacobians: the tracker and the GLMO's pool images then move on those columns only.
         kept = problem.kept_entries
-        track = Entries(kept.flat[len(reads) :], domain.shape)
+        track = Entries(kept.flat[len(reads) :], domain.shape) if len(kept) > len(reads) else None
         columns = "own" if problem.sharded else "touched"
         inner = problem.inner if problem.touches is None else problem.inner_on_touched
         oracle = InnerOracle(inner, outer.n, (len(reads),), device, dtype, columns=columns, touches=problem.touches)
@@ -229,6 +229,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             entries=reads,
             start=start_atom,
             revision=state["revision"],
+            track=track,
         )
         objective = outer.value(z, y)
         row = {
@@ -266,9 +267,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         if kept is None:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
-            # The GLMO gives x at the entries read; only the tracked extra entries are evaluated here.
-            x = tensor(np.concatenate([res.x, sum(w * a.at(track) for w, a in zip(res.weights, res.atoms))]))
-            atoms = blend_atoms(state["atoms"], res, gamma)
+            x, atoms = tensor(res.x), blend_atoms(state["atoms"], res, gamma)  # x at the reads, then at track
         y_next = y + gamma * (x - y)
         value, V, revision = track_jacobian(state, y_next, beta, k + 1)
         if value_tracker == "taylor":

@@ -34,6 +34,7 @@ class AffineGLMO:
         entries: Entries | None = None,
         start: Atom | None = None,
         revision: Any = None,
+        track: Entries | None = None,
     ) -> GLMOResult:
         """Solve the GLMO for the model z + V (x - y); arguments as for column generation (one LMO keeps no
         products with V, so ``revision`` does not apply)."""
@@ -52,6 +53,8 @@ class AffineGLMO:
             x = atom.at(entries)
         self.hint = atom
         value = float(self.a @ (c + entries.total(Vm @ x)) + self.b)
+        if track is not None and not dense:
+            x = np.concatenate([x, atom.at(track)])
         return GLMOResult(
             x.reshape(self.domain.shape) if dense else x, value, 0.0, 1, [atom], np.ones(1), converged=True
         )

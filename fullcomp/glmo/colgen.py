@@ -64,7 +64,8 @@ class ColumnGenerationGLMO:
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
         self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
         self._entries: Entries | None = None
-        self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads
+        self._track: Entries | None = None
+        self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads, then at track
         self._work = np.empty((2, 0))  # the direction and a priced atom's values, reused across calls
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
         self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
@@ -79,6 +80,7 @@ class ColumnGenerationGLMO:
         entries: Entries | None = None,
         start: Atom | None = None,
         revision: Revision | None = None,
+        track: Entries | None = None,
     ) -> GLMOResult:
         """Solve the GLMO for the model z + V (x - y).
 
@@ -88,6 +90,9 @@ class ColumnGenerationGLMO:
         rank from the same all-reduced images, needs no broadcast.
         ``start`` (y as an atom) seeds an empty pool.  ``revision`` names V and says how it came from the
         V of an earlier call: the pooled atoms' images V a_j are then carried over from that call.
+        ``track``: further entries (not read by the model) where ``result.x`` is wanted too, after those of
+        ``entries``; the pool keeps its atoms' values there, so x costs one product instead of an evaluation
+        of every atom it combines.
         """
         check_tol(tol, max_calls)
         max_calls = DEFAULT_MAX_CALLS if max_calls is None else int(max_calls)
@@ -96,7 +101,7 @@ class ColumnGenerationGLMO:
             entries = self._all
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
         self.c.value = c
-        self._cache_values(entries)
+        self._cache_values(entries, track)
         images = self._pool_images(Vm, entries, revision)
         calls = 0
         if not self.active.any():
@@ -107,7 +112,7 @@ class ColumnGenerationGLMO:
                     raise OptionError("a GLMO on entries needs start= (the current point as an atom) on its first call")
                 start = DenseAtom(as_numpy(self.domain.project(as_numpy(y).reshape(self.domain.shape))))
             values = start.at(entries)
-            self._add(start, values, entries.total(Vm @ values), images)
+            self._add(start, values, entries.total(Vm @ values), images, track=track)
         while True:
             lam = self._master(c, images)
             model_x = images @ lam  # V x for the master's point x = sum lam_j atom_j
@@ -117,7 +122,7 @@ class ColumnGenerationGLMO:
             calls += 1
             if gap <= target:
                 break
-            self._add(atom, values, image, images, lam)
+            self._add(atom, values, image, images, lam, track)
             if calls >= max_calls:
                 break
         self._images = None if revision is None else (revision.tag, images.copy())
@@ -163,8 +168,8 @@ class ColumnGenerationGLMO:
                     columns, values = J.columns.cpu().numpy(), as_numpy(J.values)
                     images += revision.weight * entries.total(values @ self.values[:, columns].T)
         else:
-            # One contiguous product over all slots (boolean-indexing the cache would copy it).
-            images = entries.total((self.values @ Vm.T).T)
+            # One product over all slots (boolean-indexing the cache would copy it).
+            images = entries.total((self.values[:, : len(entries)] @ Vm.T).T)
         return np.where(self.active, images, 0.0)
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
@@ -183,24 +188,40 @@ class ColumnGenerationGLMO:
         lam = np.clip(lam, 0.0, None)
         return lam / lam.sum()
 
-    def _cache_values(self, entries: Entries) -> None:
-        """Keep every pooled atom's values at ``entries``: atoms persist across calls, entries do not change."""
-        if self._entries is not entries:
+    def _cache_values(self, entries: Entries, track: Entries | None) -> None:
+        """Keep every pooled atom's values at ``entries`` and ``track``: atoms persist across calls, entries
+        do not change."""
+        if self._entries is not entries or self._track is not track:
             fresh = self._entries is not None  # other entries than the images were for (not a resume)
-            self._entries, self.values = entries, np.zeros((self.active.size, len(entries)))
-            self._work = np.empty((2, len(entries)))
+            self._entries, self._track = entries, track
+            width = len(entries) + (0 if track is None else len(track))
+            self.values, self._work = np.zeros((self.active.size, width)), np.empty((2, len(entries)))
             if fresh:
                 self._images = None
             for j in np.flatnonzero(self.active):
-                self.values[j] = self.atoms[j].at(entries)
+                self._write(j, self.atoms[j], self.atoms[j].at(entries), track)
+
+    def _write(self, slot: int, atom: Atom, values: np.ndarray, track: Entries | None) -> None:
+        """An atom's values into the cache: ``values`` at the entries read, evaluated at ``track``."""
+        n = values.size
+        self.values[slot, :n] = values
+        if track is not None and len(track):
+            atom.at(track, out=self.values[slot, n:])
 
     def _add(
-        self, atom: Atom, values: np.ndarray, image: np.ndarray, images: np.ndarray, lam: np.ndarray | None = None
+        self,
+        atom: Atom,
+        values: np.ndarray,
+        image: np.ndarray,
+        images: np.ndarray,
+        lam: np.ndarray | None = None,
+        track: Entries | None = None,
     ) -> None:
         if self.active.all():  # pool atoms plus the slot for the new one are all taken
             self._make_room(images, lam)
         slot = int(np.argmin(self.active))
-        self.atoms[slot], self.values[slot], images[:, slot], self.active[slot] = atom, values, image, True
+        self._write(slot, atom, values, track)
+        self.atoms[slot], images[:, slot], self.active[slot] = atom, image, True
 
     def _make_room(self, images: np.ndarray, lam: np.ndarray | None) -> None:
         weights = np.where(self.active, lam if lam is not None else 1.0, np.inf)

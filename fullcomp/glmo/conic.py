@@ -59,11 +59,13 @@ class ConicGLMO:
         entries: Entries | None = None,
         start: Any = None,
         revision: Any = None,
+        track: Entries | None = None,
     ) -> GLMOResult:
         """Solve the GLMO for the model z + V (x - y) with one conic solve; ``max_calls``, ``start`` and
         ``revision`` do not apply here, and ``tol`` only decides ``result.converged`` (the solver's accuracy is fixed).
 
-        With ``entries`` the model reads x only there (V is (n, len(entries))).
+        With ``entries`` the model reads x only there (V is (n, len(entries))); ``result.x`` is x there and
+        then at ``track``.
         """
         check_tol(tol, max_calls)
         if entries is not None and entries.sharded:
@@ -83,6 +85,8 @@ class ConicGLMO:
             gap = linear_certificate(Vm.T @ q, x_read, self.domain, entries)
         converged = bool(gap <= target_gap(tol, value))
         x_out = x if entries is self._all else x_read
+        if track is not None and entries is not self._all:
+            x_out = np.concatenate([x_read, x.reshape(-1)[track.flat]])
         return GLMOResult(x_out, value, gap, 1, [DenseAtom(x)], np.ones(1), converged=converged)
 
     def state_dict(self) -> dict:
