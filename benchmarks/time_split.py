@@ -53,6 +53,27 @@ class TimeSplit:
         return " | ".join(f"{p} {s:.3f}" for p, s in [*parts.items(), ("rest", rest)])
 
 
+class SparseProducts:
+    """``with SparseProducts() as count: ...``; then ``count.products``: scipy sparse matrix-vector products
+    (each Lanczos step takes two), the work a fixed pricing budget does not fix."""
+
+    def __enter__(self) -> SparseProducts:
+        import scipy.sparse._compressed as compressed
+
+        self._cls, self.products = compressed._cs_matrix, 0
+        self._real = real = self._cls._matmul_vector
+
+        def counted(matrix, other):
+            self.products += 1
+            return real(matrix, other)
+
+        self._cls._matmul_vector = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._cls._matmul_vector = self._real
+
+
 def floor(problem, rounds: int = 3) -> float:
     """CPU seconds of one minibatch Jacobian at the start plus one exact (cold) LMO of a direction V^T q."""
     reads = problem.reads
