@@ -135,7 +135,7 @@ def on_reads(inner: InnerMap, touches: Callable[[Any], torch.Tensor]) -> InnerMa
     """The map on all the entries read that a map on the entries a batch touches defines."""
 
     def inner_on_reads(values: torch.Tensor, batch: Any) -> torch.Tensor:
-        return inner(values.index_select(0, touches(batch)), batch)
+        return inner(values.index_select(0, touches(batch).to(values.device)), batch)
 
     return inner_on_reads
 

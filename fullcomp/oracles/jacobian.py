@@ -151,7 +151,7 @@ class InnerOracle:
                 index = self.touches(batch)
             except Exception as exc:
                 raise OracleError(f"touches(batch) raised {type(exc).__name__} at iteration {k}: {exc}") from exc
-            index = check_touched(index, x_flat.numel(), f"at iteration {k}")
+            index = check_touched(index, x_flat.numel(), f"at iteration {k}").to(x_flat.device)
             columns, inverse = torch.unique(index, sorted=True, return_inverse=True)
             x_flat = x_flat.index_select(0, index)
         try:
