@@ -171,6 +171,7 @@ def worker(out: str, completion: str, layout: str) -> None:
     if world.writes:
         with open(out, "w") as fh:
             json.dump(found, fh)
+    fc.distributed.leave()
 
 
 def two_processes(completion: str = "none", layout: str = "sharded") -> dict:

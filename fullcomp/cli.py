@@ -276,6 +276,7 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
     if here.writes:  # one rank writes the run folder
         save_run(result, out)
         print(summary_text(result, out))
+    distributed.leave()
     return 0
 
 

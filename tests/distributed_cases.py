@@ -218,9 +218,7 @@ def worker(case: str, out: str, extra: str) -> None:
         with open(out, "w") as fh:
             json.dump(found, fh)
     if case != "kill":
-        # Leave together: a rank that exits while its peer still holds the connection can abort gloo's teardown.
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+        fc.distributed.leave()
 
 
 if __name__ == "__main__":
