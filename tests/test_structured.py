@@ -262,3 +262,19 @@ def test_a_glmo_gives_x_at_the_tracked_entries_after_those_read(route):
         assert res.x.shape == (OBSERVED + len(TRACK),)
         assert np.allclose(res.x[OBSERVED:], combined, rtol=0, atol=1e-12)
         assert np.allclose(res.x[:OBSERVED], sum(w * a.at(entries) for w, a in zip(res.weights, res.atoms)), atol=1e-12)
+
+
+def test_hmsfw_on_a_touched_map_updates_its_tracker_on_the_sampled_columns(monkeypatch):
+    """The sparse path is taken, not a dense fallback: every update blends a BatchJacobian into V."""
+    from fullcomp.oracles import BatchJacobian
+
+    blended, real = [], BatchJacobian.blend
+
+    def spy(self, previous, weight, out):
+        blended.append((self.values.shape[1], out is previous))
+        return real(self, previous, weight, out)
+
+    monkeypatch.setattr(BatchJacobian, "blend", spy)
+    res = fc.hmsfw(touched_problem(), iters=6, seed=1, progress=False)
+    assert len(blended) == 6 and res.V.shape == (GROUPS, OBSERVED)
+    assert all(0 < width <= GROUPS * 4 and not same for width, same in blended)  # 4 draws per group
