@@ -278,3 +278,39 @@ def test_hmsfw_on_a_touched_map_updates_its_tracker_on_the_sampled_columns(monke
     res = fc.hmsfw(touched_problem(), iters=6, seed=1, progress=False)
     assert len(blended) == 6 and res.V.shape == (GROUPS, OBSERVED)
     assert all(0 < width <= GROUPS * 4 and not same for width, same in blended)  # 4 draws per group
+
+
+def test_a_glmo_call_that_raises_leaves_no_images_to_carry(monkeypatch):
+    """A call that fails after changing its pool must not let the next call carry the images of before."""
+    from fullcomp.glmo import ColumnGenerationGLMO
+    from fullcomp.glmo.master import ConicMaster
+    from fullcomp.model.composite import Outer
+    from fullcomp.sets.atoms import Entries, ZeroAtom
+    from fullcomp.trackers import Revision
+
+    X = fc.NuclearBall((P, Q), 2.0)
+    outer = Outer(cp.max(fc.inner_value(GROUPS)), X)
+    entries, start = Entries(READS, (P, Q)), ZeroAtom((P, Q))
+    rng = np.random.default_rng(3)
+    V0, V1 = rng.standard_normal((2, GROUPS, OBSERVED))
+    z, y = rng.standard_normal(GROUPS), np.zeros(OBSERVED)
+    glmo = ColumnGenerationGLMO(outer, X, pool=4)
+    glmo.solve(z, V0, y, tol=1e-6, entries=entries, start=start, revision=Revision(0))
+    real, calls = ConicMaster.solve, []
+
+    def failing(self, c, images):
+        calls.append(1)
+        if len(calls) == 3:  # after two atoms were added
+            raise RuntimeError("the master failed")
+        return real(self, c, images)
+
+    monkeypatch.setattr(ConicMaster, "solve", failing)
+    with pytest.raises(RuntimeError):
+        glmo.solve(z, V1, y, tol=1e-9, entries=entries, start=start, revision=Revision(1))
+    monkeypatch.setattr(ConicMaster, "solve", real)
+    # Told that V is unchanged since call 0: nothing is carried, the images are recomputed for V0.
+    again = glmo.solve(z, V0, y, tol=1e-6, entries=entries, start=start, revision=Revision(2, since=0))
+    reference = ColumnGenerationGLMO(outer, X, pool=4).solve(z, V0, y, tol=1e-6, entries=entries, start=start)
+    # Both are certified within 1e-6 of the optimum; the model's value at again.x is recomputed from V0.
+    assert again.value == pytest.approx(reference.value, abs=2e-6)
+    assert outer.value(z + V0 @ again.x) == pytest.approx(again.value, abs=1e-9)

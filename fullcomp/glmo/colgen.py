@@ -158,7 +158,7 @@ class ColumnGenerationGLMO:
         Carried over when ``revision`` relates V to the V of the last call: keep V_since a_j + weight J a_j,
         with J on its few columns; otherwise one product over every entry (2 GB of values at 10^7 entries).
         """
-        carried = self._images
+        carried, self._images = self._images, None  # until this call ends: a call that raises changed the pool
         if revision is not None and carried is not None and carried[0] in (revision.tag, revision.since):
             images = carried[1].copy()
             if carried[0] == revision.since:
