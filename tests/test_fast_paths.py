@@ -72,3 +72,15 @@ def test_dmax_gradients_by_backward_equal_torch_func():
     expected = grad(lambda v, y: phi(problem.x.view(v), y, X), argnums=(0, 1))(start["x"], start["y"])
     assert torch.allclose(s.phi_x, expected[0], rtol=1e-13, atol=1e-15)
     assert torch.allclose(s.phi_y, expected[1], rtol=1e-13, atol=1e-15)
+
+
+def test_the_oracles_finite_check_sees_nan_and_inf_and_survives_an_overflowing_sum():
+    from fullcomp.oracles.jacobian import all_finite
+
+    value, jac = torch.ones(3), torch.ones(2, 4)
+    assert all_finite(value, jac)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        jac[1, 2] = bad
+        assert not all_finite(value, jac)
+    assert not all_finite(torch.tensor([float("inf"), -float("inf")]))  # a total of NaN
+    assert all_finite(torch.full((4,), 3e38, dtype=torch.float32))  # finite entries whose sum overflows
