@@ -44,7 +44,7 @@ class AffineGLMO:
             self._all = self._all or Entries.all(self.domain.shape)
             entries = self._all
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
-        direction = Vm.T @ self.a
+        direction = self.a @ Vm  # a vector-matrix product: Vm.T @ a took 75 us at 1 x 20,000, this 5
         if dense:  # the whole point: the set's own LMO, without scattering into a dense direction
             atom = DenseAtom(self.domain.lmo(direction.reshape(self.domain.shape)))
             x = atom.point.reshape(-1)

@@ -82,7 +82,7 @@ class ConicGLMO:
         if self.outer.depends_on_x:
             gap = solvers.ABS_TOL + solvers.REL_TOL * abs(value)
         else:
-            gap = linear_certificate(Vm.T @ q, x_read, self.domain, entries)
+            gap = linear_certificate(q @ Vm, x_read, self.domain, entries)
         converged = bool(gap <= target_gap(tol, value))
         x_out = x if entries is self._all else x_read
         if track is not None and entries is not self._all:
