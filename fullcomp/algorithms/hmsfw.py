@@ -172,7 +172,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         """Where V_{k+1} goes when V_k is updated on a sparse sample's columns: a fresh (n, |reads|) array
         page-faults its way in (0.3 s at 10^7 entries), so two buffers take turns."""
         out = spare.pop() if spare else None
-        if out is None or out is V or out.shape != V.shape:
+        if out is None or out is V:
             out = torch.empty_like(V)
         spare.append(V)
         return out
