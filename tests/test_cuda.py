@@ -58,3 +58,43 @@ def test_a_map_on_the_touched_entries_runs_on_cuda():
     res = fc.hmsfw(problem, iters=10, seed=1, progress=False)
     assert res.status == "iterations" and res.x_entries.is_cuda and res.V.is_cuda
     assert np.linalg.svd(res.x.cpu().numpy(), compute_uv=False).sum() <= 2.0 + 1e-8
+
+
+def test_the_nuclear_lmo_multiplies_on_the_gpu_of_a_cuda_run(monkeypatch):
+    """Sparse Lanczos products through torch on the GPU: the same atom as scipy's, and used by a CUDA run."""
+    import cvxpy as cp
+    import numpy as np
+
+    import fullcomp as fc
+    from fullcomp.sets import lanczos
+
+    shape, groups, n = (120, 90), 3, 2000
+    rng = np.random.default_rng(2)
+    flat = np.sort(rng.choice(shape[0] * shape[1], n, replace=False))
+    entries = fc.sets.atoms.Entries(flat, shape)
+    direction = rng.standard_normal(n)
+    X = fc.NuclearBall(shape, 2.0)
+    start = X.lmo_bounded(rng.standard_normal(n), entries)[0]
+    host, host_lower = X.lmo_bounded(direction, entries, hint=start)
+    gpu, lower = X.lmo_bounded(direction, entries, hint=start, device=torch.device("cuda"))
+    assert X._on_device[1].type == "cuda" and abs(lower - host_lower) <= 1e-9 * abs(host_lower)
+    np.testing.assert_allclose(gpu.dense(), host.dense(), atol=1e-7)
+
+    products = []
+    real = lanczos.DeviceMatrix.__matmul__
+    monkeypatch.setattr(lanczos.DeviceMatrix, "__matmul__", lambda self, x: products.append(1) or real(self, x))
+    ratings = torch.tensor(rng.standard_normal(n), device="cuda")
+    members = [torch.tensor(np.flatnonzero(np.arange(n) % groups == g), device="cuda") for g in range(groups)]
+
+    def sampler(gen):
+        return torch.stack([m[torch.randint(len(m), (16,), generator=gen, device="cuda")] for m in members])
+
+    def loss(values, batch):
+        return ((values - ratings[batch.reshape(-1)]) ** 2).reshape(batch.shape).mean(dim=1)
+
+    problem = fc.CompositeProblem(
+        cp.max(fc.inner_value(groups)), loss, X, sampler=sampler, reads=flat, touches=lambda b: b.reshape(-1)
+    )
+    res = fc.hmsfw(problem, iters=5, seed=1, progress=False)
+    assert products and res.x_entries.is_cuda
+    assert np.linalg.svd(res.x.cpu().numpy(), compute_uv=False).sum() <= 2.0 + 1e-8

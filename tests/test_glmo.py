@@ -506,14 +506,14 @@ def test_colgen_prices_on_bounds_and_certifies_against_cvxpy(monkeypatch):
     X, z, V, y = nuclear_instance(5, n=6, shape=(20, 30))
     real, early = X.lmo_bounded, []
 
-    def spy(direction, entries, hint=None, enough=None):
+    def spy(direction, entries, hint=None, enough=None, device=None):
         def recorded(value, lower):
             stop = enough(value, lower)
             if stop:
                 early.append(value - lower > 1e-6 * abs(value))  # stopped on the bounds, not at the Lanczos tol
             return stop
 
-        return real(direction, entries, hint=hint, enough=recorded)
+        return real(direction, entries, hint=hint, enough=recorded, device=device)
 
     monkeypatch.setattr(X, "lmo_bounded", spy)
     u = fc.inner_value(6)

@@ -384,3 +384,40 @@ def test_exact_lmos_bound_with_their_own_value():
     atom, lower = X.lmo_bounded(direction, entries)
     assert lower == pytest.approx(-2.0 * np.abs(direction).max(), rel=1e-15)
     assert lower == pytest.approx(float(direction @ atom.at(entries)), rel=1e-15)
+
+
+@pytest.mark.parametrize("shape", [(300, 200), (200, 300)])
+@pytest.mark.parametrize("row_order", [True, False])
+def test_sparse_products_on_a_torch_device_match_scipy(shape, row_order, monkeypatch):
+    """The GPU route (torch CSR products from host Lanczos vectors), exercised on the CPU."""
+    rng = np.random.default_rng(11)
+    flat = rng.choice(shape[0] * shape[1], size=3000, replace=False)
+    flat = np.sort(flat) if row_order else flat
+    entries = fc.sets.atoms.Entries(flat, shape)
+    direction = rng.standard_normal(flat.size)
+    dense = np.zeros(shape)
+    dense.reshape(-1)[flat] = direction
+    device = lanczos.SparsePattern(entries.rows, entries.cols, shape).on("cpu")
+    d, d_t = device.fill(direction)
+    x, y = rng.standard_normal(shape[1]), rng.standard_normal(shape[0])
+    np.testing.assert_allclose(d @ x, dense @ x, rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(d_t @ y, dense.T @ y, rtol=1e-13, atol=1e-12)
+    X = fc.NuclearBall(shape, 2.0)
+    start = X.lmo_bounded(rng.standard_normal(flat.size), entries)[0]  # a warm start, as in column generation
+    host, host_lower = X.lmo_bounded(direction, entries, hint=start)
+    monkeypatch.setattr(lanczos, "PRODUCT_DEVICES", ("cuda", "cpu"))
+    products = []
+    monkeypatch.setattr(lanczos.DeviceMatrix, "__matmul__", spy(lanczos.DeviceMatrix.__matmul__, products))
+    on_device, lower = X.lmo_bounded(direction, entries, hint=start, device=torch.device("cpu"))
+    assert products and X._on_device[2].device == torch.device("cpu")
+    sigma = np.linalg.svd(dense, compute_uv=False)[0]
+    assert lower == pytest.approx(host_lower, rel=1e-9) and lower <= -2.0 * sigma * (1 - 1e-12)
+    np.testing.assert_allclose(on_device.dense(), host.dense(), atol=1e-7)
+
+
+def spy(method, calls):
+    def counted(self, x):
+        calls.append(1)
+        return method(self, x)
+
+    return counted

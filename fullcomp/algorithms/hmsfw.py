@@ -108,7 +108,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
 
     domain, outer = problem.domain, problem.outer
     reads = problem.reads
-    solver = build_glmo(outer, domain, route=hp["glmo"], pool=hp["pool"])
+    solver = build_glmo(outer, domain, route=hp["glmo"], pool=hp["pool"], device=device)
     if reads is None:
         # Dense path: the iterate is the whole point, the Jacobian is (n, d).
         kept, track, oracle = None, None, InnerOracle(problem.inner, outer.n, domain.shape, device, dtype)

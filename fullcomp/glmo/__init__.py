@@ -16,7 +16,7 @@ ROUTES = ("auto", "affine", "conic", "colgen")
 
 
 def build_glmo(
-    outer: Any, domain: Set, route: str = "auto", pool: int = 30
+    outer: Any, domain: Set, route: str = "auto", pool: int = 30, device: Any = None
 ) -> AffineGLMO | ConicGLMO | ColumnGenerationGLMO:
     """Build the GLMO ``min_{x in X} F(z + V (x - y), x)`` for an outer function and a set.
 
@@ -24,7 +24,8 @@ def build_glmo(
     column generation when F reads only the placeholder and the set has a
     cheap LMO, and the conic program otherwise.
     ``outer`` is a CVXPY expression in ``fc.inner_value(n)`` (or an already
-    validated :class:`~fullcomp.model.Outer`).
+    validated :class:`~fullcomp.model.Outer`).  ``device``: the run's torch device, where column
+    generation's LMO does its sparse products when it is a GPU (the rest of every route runs on the host).
     """
     if route not in ROUTES:
         raise OptionError(f"route must be one of {ROUTES}, got {route!r}")
@@ -38,7 +39,7 @@ def build_glmo(
     if route == "colgen" and outer.depends_on_x:
         raise ModelError("route='colgen' needs an outer function of the placeholder only; use 'conic' or 'auto'")
     if route == "colgen" or (route == "auto" and colgen_ok):
-        return ColumnGenerationGLMO(outer, domain, pool=pool)
+        return ColumnGenerationGLMO(outer, domain, pool=pool, device=device)
     return ConicGLMO(outer, domain)
 
 

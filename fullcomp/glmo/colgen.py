@@ -6,6 +6,7 @@ from typing import Any
 
 import cvxpy as cp
 import numpy as np
+import torch
 
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
@@ -41,11 +42,12 @@ class ColumnGenerationGLMO:
     stops as soon as its bounds decide the call, and the gap reported is the
     upper bound these give.  For the nuclear ball the bound assumes, as any
     Lanczos answer does, that the iteration found the top of the spectrum.
+    ``device``, the run's, is passed to the set's LMO: on a GPU the nuclear ball multiplies there.
     """
 
     route = "colgen"
 
-    def __init__(self, outer: Outer, domain: Set, pool: int = 30):
+    def __init__(self, outer: Outer, domain: Set, pool: int = 30, device: torch.device | str | None = None):
         if outer.depends_on_x:
             raise ModelError("column generation needs F to depend on the placeholder only; use route='conic'")
         if not isinstance(pool, (int, np.integer)) or pool < 1:
@@ -69,6 +71,7 @@ class ColumnGenerationGLMO:
         self._work = np.empty((2, 0))  # the direction and a priced atom's values, reused across calls
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
         self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
+        self.device = None if device is None else torch.device(device)  # where the LMO's products may run
 
     def solve(
         self,
@@ -147,7 +150,7 @@ class ColumnGenerationGLMO:
 
         # Work arrays of len(entries) are reused across calls: fresh ones page-fault at 10^7 entries.
         direction, values = np.dot(self.q, Vm, out=self._work[0]), self._work[1]
-        atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough)
+        atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough, device=self.device)
         self.hint = atom
         values = atom.at(entries, out=values)
         return atom, values, entries.total(Vm @ values), max(base - lower, 0.0)

@@ -7,18 +7,24 @@ from collections.abc import Callable
 import cvxpy as cp
 import numpy as np
 import scipy.linalg as sla
+import torch
 
 from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Atom, Entries, RankOneAtom
 from fullcomp.sets.base import Set, as_shape, check_radius, numeric
-from fullcomp.sets.lanczos import SingularPair, SparsePattern
+from fullcomp.sets.lanczos import DevicePattern, SingularPair, SparsePattern
 
 LANCZOS_TOL = 1e-7
 #: Up to this many rows or columns on the shorter side and this many entries, the top pair comes from a dense
 #: eigensolve of the Gram matrix: at 40 x 50 it took 0.2 ms against 0.55 ms for warm-started Lanczos; at
 #: 100 x 200 Lanczos won, and a long other side makes the Gram product the larger cost.
 DENSE_SIDE, DENSE_SIZE = 64, 1 << 16
+
+
+def small_pair(shape: tuple[int, int]) -> bool:
+    """Whether the top singular pair of a matrix of ``shape`` is found densely rather than by Lanczos."""
+    return min(shape) == 1 or (min(shape) <= DENSE_SIDE and shape[0] * shape[1] <= DENSE_SIZE)
 
 
 def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
@@ -124,6 +130,7 @@ class NuclearBall(Set):
             raise DomainError(f"NuclearBall needs a matrix shape (P, Q), got {self.shape}")
         self.radius = check_radius(radius)
         self._pattern: tuple[Entries, SparsePattern] | None = None  # sparse LMO directions' CSR structure
+        self._on_device: tuple[Entries, torch.device, DevicePattern] | None = None  # and its copy on a GPU
 
     @property
     def diameter(self) -> float:
@@ -156,7 +163,7 @@ class NuclearBall(Set):
             if p == 1:
                 return SingularPair(np.ones(1), sigma, dense[0] / sigma, sigma)
             return SingularPair(dense[:, 0] / sigma, sigma, np.ones(1), sigma)
-        if min(p, q) <= DENSE_SIDE and p * q <= DENSE_SIZE:
+        if small_pair(d.shape):
             return dense_top_pair(np.asarray(d.toarray() if hasattr(d, "toarray") else d))
         d_t = d.T if d_t is None else d_t
         # The residual tolerance bounds the singular vectors' error over the spectral gap, the value's by
@@ -183,11 +190,13 @@ class NuclearBall(Set):
         entries: Entries,
         hint: Atom | None = None,
         enough: Callable[[float, float], bool] | None = None,
+        device: torch.device | None = None,
     ) -> tuple[Atom, float]:
         """Rank-one atom from the top singular pair of the direction, sparse when it lives on few entries,
         and the lower bound -radius * upper on the LMO value.
 
-        ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.
+        ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.  On a ``device`` of
+        :data:`~fullcomp.sets.lanczos.PRODUCT_DEVICES` (a GPU) the sparse products run there, through torch.
         """
         if len(entries) == self.size and not entries.sharded:
             matrix = np.empty(self.size)
@@ -196,7 +205,14 @@ class NuclearBall(Set):
         else:
             if self._pattern is None or self._pattern[0] is not entries:
                 self._pattern = (entries, SparsePattern(entries.rows, entries.cols, self.shape))
-            matrix, transpose = self._pattern[1].fill(direction)
+            device = None if device is None else torch.device(device)
+            if device is not None and device.type in lanczos.PRODUCT_DEVICES and not small_pair(self.shape):
+                held = self._on_device
+                if held is None or held[0] is not entries or held[1] != device:
+                    self._on_device = (entries, device, self._pattern[1].on(device))
+                matrix, transpose = self._on_device[2].fill(direction)
+            else:
+                matrix, transpose = self._pattern[1].fill(direction)
         r = self.radius
         stop = None if enough is None else (lambda sigma, upper: enough(-r * sigma, -r * upper))
         if entries.sharded:

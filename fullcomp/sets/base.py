@@ -111,6 +111,7 @@ class Set(ABC):
         entries: Entries,
         hint: Atom | None = None,
         enough: Callable[[float, float], bool] | None = None,
+        device: torch.device | None = None,
     ) -> tuple[Atom, float]:
         """An atom s of the LMO for ``direction`` (as in :meth:`lmo_atom`) and a lower bound on
         min_{x in X} <direction, x>.
@@ -118,6 +119,7 @@ class Set(ABC):
         An iterative LMO may return as soon as ``enough(value, lower)`` holds, with value =
         <direction, s> for its current s: column generation only needs to know whether some
         atom improves its master by more than a target.  An exact LMO returns lower = value.
+        ``device``: the run's device, where a set may do its heavy work (the nuclear ball's sparse products).
         """
         atom = self.lmo_atom(direction, entries, hint)
         return atom, float(direction @ atom.at(entries))

@@ -18,6 +18,7 @@ call) can stop as soon as [sqrt(theta), sqrt(theta + rho)] decides it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -25,8 +26,12 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+import torch
 
 CHECK_EVERY = 4
+
+#: Devices (torch device types) whose runs multiply sparse directions there, through torch; others use scipy.
+PRODUCT_DEVICES = ("cuda",)
 
 
 class SparsePattern:
@@ -48,6 +53,59 @@ class SparsePattern:
         """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays."""
         self.matrix.data = values if self._perm is None else values[self._perm]
         return self.matrix, self.matrix.T
+
+    def on(self, device: torch.device) -> DevicePattern:
+        """The same pattern on a torch ``device``."""
+        return DevicePattern(self, device)
+
+
+class DevicePattern:
+    """A :class:`SparsePattern` kept on a torch device (a GPU): each fill copies the values there once, and
+    the matrix and its transpose multiply host vectors there (:class:`DeviceMatrix`).
+
+    The Lanczos loop stays on the host: a step moves one vector of each side (P + Q numbers) across, while
+    the products read every entry; the transpose is a second CSR structure, since torch multiplies CSR
+    matrices only.
+    """
+
+    def __init__(self, pattern: SparsePattern, device: torch.device):
+        self.device, self.shape = torch.device(device), pattern.matrix.shape
+        csr = pattern.matrix
+        order = np.arange(csr.nnz) if pattern._perm is None else pattern._perm  # CSR slot -> value's position
+        slot = sp.csr_matrix((np.arange(1.0, csr.nnz + 1), csr.indices, csr.indptr), shape=self.shape)
+        csr_t = slot.T.tocsr()  # the transpose's slots, holding 1 + the CSR slot of the same entry
+
+        def index(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(a, dtype=np.int64)).to(self.device)
+
+        self._structure = [
+            (index(csr.indptr), index(csr.indices), index(order)),
+            (index(csr_t.indptr), index(csr_t.indices), index(order[csr_t.data.astype(np.int64) - 1])),
+        ]
+
+    def fill(self, values: np.ndarray) -> tuple[DeviceMatrix, DeviceMatrix]:
+        """The matrix with ``values`` (in the pattern's order) and its transpose, on the device."""
+        flat = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64)).to(self.device)
+        shapes = (self.shape, self.shape[::-1])
+        with warnings.catch_warnings():  # torch says once per process that sparse CSR support is in beta
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+            matrices = [
+                torch.sparse_csr_tensor(crow, col, flat[perm], size=shape, check_invariants=False)
+                for (crow, col, perm), shape in zip(self._structure, shapes)
+            ]
+        return DeviceMatrix(matrices[0], values), DeviceMatrix(matrices[1], values)
+
+
+class DeviceMatrix:
+    """A sparse torch matrix whose product takes and returns numpy vectors; ``data`` holds its values on the
+    host (in some order), as a scipy matrix's does."""
+
+    def __init__(self, matrix: torch.Tensor, data: np.ndarray):
+        self.matrix, self.data, self.shape = matrix, data, tuple(matrix.shape)
+
+    def __matmul__(self, x: np.ndarray) -> np.ndarray:
+        vector = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(self.matrix.device)
+        return (self.matrix @ vector).cpu().numpy()
 
 
 class SingularPair(NamedTuple):
@@ -91,7 +149,7 @@ def top_singular_pair(
     basis = np.empty((steps + 1, p))
     alpha, beta = np.empty(steps), np.empty(steps)
     q = np.random.default_rng(0).standard_normal(p)
-    flat = d.data if sp.issparse(d) else np.ravel(d)
+    flat = d.data if sp.issparse(d) or isinstance(d, DeviceMatrix) else np.ravel(d)
     warm = start is not None and np.any(start)
     # One reduction carries ||d||_F^2 (>= sigma^2) and, from a warm start, a generic vector of d's range.
     generic = d @ np.random.default_rng(0).standard_normal(d.shape[1]) if warm else np.zeros(0)
@@ -143,5 +201,7 @@ def top_singular_pair(
             return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma))
         if j + 1 < steps:
             basis[j + 1] = w / beta[j]
+    if isinstance(d, DeviceMatrix):
+        d = spla.LinearOperator(d.shape, matvec=d.__matmul__, rmatvec=d_t.__matmul__, dtype=np.float64)
     u, s, vt = spla.svds(d, k=1, tol=tol)
     return SingularPair(u[:, 0], float(s[0]), vt[0], float(s[0]))
