@@ -62,12 +62,18 @@ def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150) -> tup
     return found, codes
 
 
+#: A GLMO gap comes from a Lanczos bound run to its tolerance (1e-7 of the singular value, about 1e-5 of the
+#: gap here): sums that differ in the last bit can end the iteration at another convergence check.
+GAP_TOL = 1e-5
+
+
 def close(a: list[dict], b: list[dict], tol: float, name: str) -> None:
     assert len(a) == len(b), name
     for ra, rb in zip(a, b):
         assert ra.keys() == rb.keys(), name
         for key in ra:
-            assert ra[key] == pytest.approx(rb[key], rel=tol, abs=tol), (name, key, ra["k"])
+            near = max(tol, GAP_TOL) if key == "glmo_gap" else tol
+            assert ra[key] == pytest.approx(rb[key], rel=near, abs=near), (name, key, ra["k"])
 
 
 def test_two_ranks_match_one_process_drawing_the_union(tmp_path):
