@@ -30,9 +30,10 @@ SMOOTHING = 0.5
 class ColumnGenerationGLMO:
     """Solve min_{x in X} F(c + V x) over the convex hull of pooled atoms, adding
     the atom ``domain.lmo(V^T q)`` priced at a dual q until the certified gap
-    (the master's value less the lower bound the pricing call gave) is below
-    ``tol`` or ``max_calls`` pricing calls are spent.  q is the master's dual,
-    smoothed towards the dual of the best bound so far (see :meth:`solve`).
+    (the master's value less the best sure lower bound the pricing calls gave)
+    is below ``tol`` or ``max_calls`` pricing calls are spent.  q is the
+    master's dual, smoothed towards the dual of the best bound so far (see
+    :meth:`solve`).
 
     The pool (``pool`` atoms plus the newest priced one) persists across calls: consecutive
     Frank-Wolfe iterations have similar models, so old atoms warm-start the
@@ -41,10 +42,11 @@ class ColumnGenerationGLMO:
     point representable.
 
     Each pricing call asks the set for an atom and a lower bound on the LMO
-    value (:meth:`~fullcomp.sets.base.Set.lmo_bounded`), so an iterative LMO
-    stops as soon as its bounds decide the call, and the gap reported is the
-    upper bound these give.  For the nuclear ball the bound assumes, as any
-    Lanczos answer does, that the iteration found the top of the spectrum.
+    value (:meth:`~fullcomp.sets.base.Set.lmo_bounded`).  An iterative LMO may
+    stop as soon as its atom is known to improve the master by more than the
+    target; only a bound at the LMO's own tolerance certifies.  For the nuclear
+    ball the bound assumes, as any Lanczos answer does, that the iteration
+    found the top of the spectrum: stopped after a few steps, it often had not.
     ``device``, the run's, is passed to the set's LMO: on a GPU the nuclear ball multiplies there.
     """
 
