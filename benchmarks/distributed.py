@@ -171,7 +171,7 @@ def union_of_shards(data: fc.datasets.RatingData, ranks: int) -> fc.CompositePro
     streams: dict = {}
 
     def sampler(gen: torch.Generator) -> list:
-        if streams.get(0) is not gen:  # a new run: fresh streams for ranks 1, 2, ...
+        if streams.get(0) is not gen:  # a new run: rank 0 draws from its generator, fresh streams for the others
             seed = gen.initial_seed()
             streams.update({r: torch.Generator().manual_seed(fc.distributed.rank_seed(seed, r)) for r in range(ranks)})
             streams[0] = gen

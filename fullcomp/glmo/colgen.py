@@ -123,10 +123,11 @@ class ColumnGenerationGLMO:
             self._add(start, values, entries.total(Vm @ values), images, track=track)
         # Every master dual q, a subgradient of F at u = c + V x_master, gives the minorant
         # F(w) >= <q, w> + F(u) - <q, u>, and pricing its direction bounds the optimum from below.  The best
-        # bound certifies every later master, and its minorant is the centre towards which the next direction
-        # leans (Wentges' smoothing): column generation's duals oscillate, and a direction between the centre
-        # and the master's dual finds atoms that tail off less.  An atom that does not improve the master's
-        # point along its own dual by more than the target (a mispricing) sends the next call to that dual.
+        # sure bound certifies every later master, and the best bound's minorant is the centre towards which
+        # the next direction leans (Wentges' smoothing): column generation's duals oscillate, and a direction
+        # between the centre and the master's dual finds atoms that tail off less.  An atom that does not
+        # improve the master's point along its own dual by more than the target (a mispricing) sends the next
+        # call to that dual.
         certified, best, centre, smoothing = -np.inf, -np.inf, None, SMOOTHING
         while True:
             lam = self._master(c, images)
@@ -170,7 +171,7 @@ class ColumnGenerationGLMO:
         The LMO may stop as soon as it knows that s improves the master's linear model <q, V .>, at ``base``
         for the master's point, by more than the target (never on the ``last`` call).  Its bound is then
         rough and certifies nothing: a Lanczos iteration stopped after a few steps can miss the top of the
-        spectrum (about 1 in 50 random directions at 0.5% slack); one run to its tolerance is sure, as sure as
+        spectrum (about 1 in 30 random directions at 0.5% slack); one run to its tolerance is sure, as sure as
         any Lanczos answer.
         """
         stopped = []
