@@ -421,3 +421,20 @@ def spy(method, calls):
         return method(self, x)
 
     return counted
+
+
+def test_the_split_lanczos_multiplies_on_a_torch_device_too(monkeypatch):
+    """Sharded entries (one rank here) take the column-side Lanczos; its products go through torch as well."""
+    shape = (200, 300)
+    rng = np.random.default_rng(12)
+    flat = np.sort(rng.choice(shape[0] * shape[1], size=3000, replace=False))
+    entries = fc.sets.atoms.Entries(flat, shape, sharded=True)
+    direction = rng.standard_normal(flat.size)
+    X = fc.NuclearBall(shape, 2.0)
+    host, host_lower = X.lmo_bounded(direction, entries)
+    monkeypatch.setattr(lanczos, "PRODUCT_DEVICES", ("cpu",))
+    products = []
+    monkeypatch.setattr(lanczos.DeviceMatrix, "__matmul__", spy(lanczos.DeviceMatrix.__matmul__, products))
+    on_device, lower = X.lmo_bounded(direction, entries, device="cpu")
+    assert products and lower == pytest.approx(host_lower, rel=1e-9)
+    np.testing.assert_allclose(on_device.dense(), host.dense(), atol=1e-7)
