@@ -94,7 +94,8 @@ def jacobian_seconds(problem: fc.CompositeProblem, repeats: int = 30) -> float:
 def completion_case(world: fc.distributed.World, size: str, layout: str) -> dict:
     """Certified HMSFW II on synthetic ratings, 1024 ratings per group in all.
 
-    One process: the plain structured problem.  ``layout="sharded"``: each rank holds a block of rows and
+    One process: the plain structured problem, and with ``layout="sharded"`` also the 2-rank run's path
+    (:func:`union_of_shards`) for the time ratios.  ``layout="sharded"``: each rank holds a block of rows and
     its share of the ratings (``sharded_completion_problem``); ``"replicated"``: every rank reads every
     rating, draws 1024 / W per group, and keeps the whole tracker and GLMO.
     """
@@ -173,8 +174,9 @@ def union_of_shards(data: fc.datasets.RatingData, ranks: int) -> fc.CompositePro
     def sampler(gen: torch.Generator) -> list:
         if streams.get(0) is not gen:  # a new run: rank 0 draws from its generator, fresh streams for the others
             seed = gen.initial_seed()
-            streams.update({r: torch.Generator().manual_seed(fc.distributed.rank_seed(seed, r)) for r in range(ranks)})
             streams[0] = gen
+            for r in range(1, ranks):
+                streams[r] = torch.Generator().manual_seed(fc.distributed.rank_seed(seed, r))
         return [p.sampler(streams[r]) for r, p in enumerate(parts)]
 
     def touches(batches: list) -> torch.Tensor:

@@ -411,7 +411,8 @@ def test_sparse_products_on_a_torch_device_match_scipy(shape, row_order, monkeyp
     on_device, lower = X.lmo_bounded(direction, entries, hint=start, device=torch.device("cpu"))
     assert products and X._on_device[2].device == torch.device("cpu")
     sigma = np.linalg.svd(dense, compute_uv=False)[0]
-    assert lower == pytest.approx(host_lower, rel=1e-9) and lower <= -2.0 * sigma * (1 - 1e-12)
+    # Another product order can end the iteration at another check: the bounds agree to the Lanczos tolerance.
+    assert lower == pytest.approx(host_lower, rel=1e-7) and lower <= -2.0 * sigma * (1 - 1e-12)
     np.testing.assert_allclose(on_device.dense(), host.dense(), atol=1e-7)
 
 
@@ -436,5 +437,5 @@ def test_the_split_lanczos_multiplies_on_a_torch_device_too(monkeypatch):
     products = []
     monkeypatch.setattr(lanczos.DeviceMatrix, "__matmul__", spy(lanczos.DeviceMatrix.__matmul__, products))
     on_device, lower = X.lmo_bounded(direction, entries, device="cpu")
-    assert products and lower == pytest.approx(host_lower, rel=1e-9)
+    assert products and lower == pytest.approx(host_lower, rel=1e-7)  # to the Lanczos tolerance
     np.testing.assert_allclose(on_device.dense(), host.dense(), atol=1e-7)
