@@ -51,6 +51,31 @@ class ConicMaster:
         self.select_u[np.arange(self.n), start + np.arange(self.n)] = 1.0
         self.cones_F = dims_to_solver_cones(data["dims"])
         self._clarabel = clarabel
+        # The columns of v in CSC form, rows of A_F flagged: they sit below the k rows of w >= 0.
+        fixed = sp.csc_matrix(np.vstack([self.select_u, np.zeros((1, self.nv)), self.A_F]))
+        self._v_indptr, self._v_data = fixed.indptr, fixed.data
+        self._v_rows, self._v_below = fixed.indices, fixed.indices > self.n
+        self._P = {}  # k -> the upper triangle of P in CSC form
+
+    def _matrices(self, images: np.ndarray) -> tuple[sp.csc_matrix, sp.csc_matrix]:
+        """P and A of the program with these images, built in CSC form: the same matrices as a dense
+        assembly converted (zeros dropped, rows sorted), at a fraction of the cost."""
+        n, k = images.shape
+        rows = np.vstack([np.repeat(np.arange(n)[:, None], k, axis=1), np.full((1, k), n), n + 1 + np.arange(k)])
+        values = np.vstack([-images, np.ones((1, k)), -np.ones((1, k))])
+        keep = (values != 0).T
+        w_indptr = np.concatenate([[0], np.cumsum(keep.sum(axis=1))])
+        indptr = np.concatenate([w_indptr, w_indptr[-1] + self._v_indptr[1:]])
+        indices = np.concatenate([rows.T[keep], self._v_rows + k * self._v_below])
+        data = np.concatenate([values.T[keep], self._v_data])
+        A = sp.csc_matrix((data, indices, indptr), shape=(n + 1 + k + self.A_F.shape[0], k + self.nv))
+        P = self._P.get(k)
+        if P is None:
+            P = np.zeros((k + self.nv, k + self.nv))
+            if self.P_F is not None:
+                P[k:, k:] = self.P_F
+            P = self._P[k] = sp.csc_matrix(np.triu(P))
+        return P, A
 
     def solve(self, c: np.ndarray, images: np.ndarray) -> MasterSolution | None:
         """Weights on the columns of ``images`` (n, k) minimizing F(c + images @ w) over the simplex.
@@ -60,27 +85,17 @@ class ConicMaster:
         """
         clarabel = self._clarabel
         n, k = images.shape
-        m_F = self.A_F.shape[0]
-        # Rows: link (n), simplex (1), w >= 0 (k), F's (m_F); columns: w (k), v (nv).  The program is
-        # tiny, so one dense assembly is cheaper than sparse block stacking.
-        A = np.zeros((n + 1 + k + m_F, k + self.nv))
-        A[:n, :k] = -images
-        A[:n, k:] = self.select_u
-        A[n, :k] = 1.0
-        A[n + 1 : n + 1 + k, :k] = -np.eye(k)
-        A[n + 1 + k :, k:] = self.A_F
+        # Rows: link (n), simplex (1), w >= 0 (k), F's (m_F); columns: w (k), v (nv).
+        P, A = self._matrices(images)
         b = np.concatenate([c, [1.0], np.zeros(k), self.b_F])
         q = np.concatenate([np.zeros(k), self.c_F])
-        P = np.zeros((k + self.nv, k + self.nv))
-        if self.P_F is not None:
-            P[k:, k:] = self.P_F
         cones = [clarabel.ZeroConeT(n + 1), clarabel.NonnegativeConeT(k), *self.cones_F]
         settings = clarabel.DefaultSettings()
         settings.verbose = False
         # The same Clarabel options as every CVXPY solve (fullcomp.solvers), read at call time.
         for name, value in solvers.SOLVER_OPTIONS.get("CLARABEL", {}).items():
             setattr(settings, name, value)
-        solution = clarabel.DefaultSolver(sp.csc_matrix(np.triu(P)), q, sp.csc_matrix(A), b, cones, settings).solve()
+        solution = clarabel.DefaultSolver(P, q, A, b, cones, settings).solve()
         if str(solution.status) != "Solved":
             return None
         x, z = np.asarray(solution.x), np.asarray(solution.z)

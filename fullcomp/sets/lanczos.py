@@ -50,11 +50,16 @@ class SparsePattern:
         self.matrix = sp.csr_matrix((order, (rows, cols)), shape=shape)
         perm = self.matrix.data.astype(np.int64) - 1
         self._perm = None if np.array_equal(perm, np.arange(perm.size)) else perm
+        self.transpose = self.matrix.T
 
     def fill(self, values: np.ndarray) -> tuple[sp.csr_matrix, sp.csc_matrix]:
-        """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays."""
-        self.matrix.data = values if self._perm is None else values[self._perm]
-        return self.matrix, self.matrix.T
+        """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays.
+
+        The transpose is built once: scipy's constructor copies data that is a view of a larger array
+        (a row of V), 64 MB at 8,000,000 entries."""
+        data = values if self._perm is None else values[self._perm]
+        self.matrix.data = self.transpose.data = data
+        return self.matrix, self.transpose
 
     def on(self, device: torch.device) -> DevicePattern:
         """The same pattern on a torch ``device``."""
