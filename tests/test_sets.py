@@ -439,3 +439,74 @@ def test_the_split_lanczos_multiplies_on_a_torch_device_too(monkeypatch):
     on_device, lower = X.lmo_bounded(direction, entries, device="cpu")
     assert products and lower == pytest.approx(host_lower, rel=1e-7)  # to the Lanczos tolerance
     np.testing.assert_allclose(on_device.dense(), host.dense(), atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(30, 50), (50, 30)])
+def test_ritz_subspace_atoms_are_the_best_in_the_basis_and_their_images_exact(shape, monkeypatch):
+    """Heuristic pricing (fullcomp.sets.subspace) against a dense Rayleigh-Ritz of q^T V on the same basis,
+    and its images against V times the atom's values, before and after a tracker revision and a state
+    round trip."""
+    from fullcomp.oracles import BatchJacobian
+    from fullcomp.sets.atoms import Entries
+    from fullcomp.sets.subspace import RitzSubspace
+    from fullcomp.trackers import Revision
+
+    monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
+    monkeypatch.setattr(fc.sets.balls, "SUBSPACE_ENTRIES", 0)
+    rng = np.random.default_rng(1)
+    X, n, m = fc.NuclearBall(shape, 2.0), 4, 400
+    entries = Entries(np.sort(rng.choice(X.size, m, replace=False)), shape)
+    V = rng.standard_normal((n, m))
+    ritz = X.subspace(entries)
+    ritz.follow(V, Revision(0))
+    for _ in range(6):
+        ritz.add(X.lmo_bounded(rng.standard_normal(m), entries)[0])
+    cols = np.sort(rng.choice(m, 25, replace=False))
+    J = BatchJacobian(torch.from_numpy(cols), torch.from_numpy(rng.standard_normal((n, 25))), m)
+    V_next = 0.6 * V + 0.4 * J.dense().numpy()
+
+    def check(ritz, V, q):
+        atom, value, images = ritz.price(q)
+        direct = V @ atom.at(entries)
+        np.testing.assert_allclose(images, direct, rtol=0, atol=1e-12)
+        assert value == pytest.approx(q @ direct, abs=1e-12)
+        D = np.zeros(X.size)
+        D[entries.flat] = q @ V
+        D = D.reshape(shape) if ritz.rows_long else D.reshape(shape).T  # the longer side first
+        best = np.linalg.svd(ritz.basis[: ritz.count] @ D, compute_uv=False)[0]
+        assert -value == pytest.approx(X.radius * best, rel=1e-12)
+        assert np.linalg.norm(atom.u) * np.linalg.norm(atom.v) == pytest.approx(X.radius, rel=1e-12)
+        return atom
+
+    q = rng.random(n)
+    check(ritz, V, q)
+    ritz.follow(V_next, Revision(1, since=0, keep=0.6, weight=0.4, jacobian=J))
+    atom = check(ritz, V_next, q)
+    copy = RitzSubspace(X.radius, entries, ritz.pattern)
+    copy.load_state_dict(ritz.state_dict())
+    assert np.array_equal(copy.price(q)[0].u, atom.u) and np.array_equal(copy.price(q)[2], ritz.price(q)[2])
+    # A V it cannot relate to the last one empties the basis rather than pricing with stale products.
+    ritz.follow(V, Revision(7, since=3))
+    assert ritz.count == 0 and ritz.price(q) is None
+
+
+def test_ritz_subspace_replaces_its_oldest_vector_when_full(monkeypatch):
+    from fullcomp.sets.atoms import Entries
+    from fullcomp.sets.subspace import RitzSubspace
+    from fullcomp.trackers import Revision
+
+    monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
+    rng = np.random.default_rng(2)
+    X = fc.NuclearBall((40, 60), 1.0)
+    entries = Entries(np.sort(rng.choice(X.size, 500, replace=False)), X.shape)
+    V = rng.standard_normal((3, 500))
+    ritz = RitzSubspace(X.radius, entries, fc.sets.lanczos.SparsePattern(entries.rows, entries.cols, X.shape), 3)
+    ritz.follow(V, Revision(0))
+    for _ in range(5):
+        ritz.add(X.lmo_bounded(rng.standard_normal(500), entries)[0])
+    basis = ritz.basis[: ritz.count]
+    assert ritz.count == 3 and ritz.oldest == 2
+    np.testing.assert_allclose(basis @ basis.T, np.eye(3), atol=1e-12)
+    q = rng.random(3)
+    atom, _, images = ritz.price(q)
+    np.testing.assert_allclose(images, V @ atom.at(entries), rtol=0, atol=1e-12)

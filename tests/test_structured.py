@@ -71,10 +71,27 @@ def test_reads_validation():
         fc.CompositeProblem(cp.max(u), group_losses, X, sampler=sampler, track=TRACK)
 
 
-@pytest.mark.parametrize("touched", [False, True], ids=["reads", "touches"])
-def test_an_interrupted_structured_run_resumes_exactly(tmp_path, touched):
+@pytest.mark.parametrize(
+    "touched, subspace", [(False, False), (True, False), (True, True)], ids=["reads", "touches", "subspace"]
+)
+def test_an_interrupted_structured_run_resumes_exactly(tmp_path, touched, subspace, monkeypatch):
     """Its state holds atoms and numpy-scalar weights (and, for a map on the touched entries, the tracker's
-    revision with its sparse sample): the checkpoint must load them with weights_only."""
+    revision with its sparse sample, and the heuristic pricer's basis and products): the checkpoint must
+    load them with weights_only."""
+    from fullcomp.glmo import ColumnGenerationGLMO
+
+    heuristic = []
+    if subspace:
+        monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
+        monkeypatch.setattr(fc.sets.balls, "SUBSPACE_ENTRIES", 0)
+        real = ColumnGenerationGLMO.solve
+
+        def counted(self, *args, **kwargs):
+            res = real(self, *args, **kwargs)
+            heuristic.append(res.heuristic)
+            return res
+
+        monkeypatch.setattr(ColumnGenerationGLMO, "solve", counted)
     structured = touched_problem() if touched else problems(cp.max)[1]
     full = fc.hmsfw(structured, iters=8, seed=3, progress=False)
     ckpt = fc.Checkpoint(tmp_path / "run.ckpt", every=3)
@@ -91,6 +108,7 @@ def test_an_interrupted_structured_run_resumes_exactly(tmp_path, touched):
     longer = fc.hmsfw(structured, iters=12, seed=3, progress=False, checkpoint=ckpt)
     whole = fc.hmsfw(structured, iters=12, seed=3, progress=False)
     assert longer.info["resumed_from"] == 8 and torch.equal(longer.x, whole.x)
+    assert sum(heuristic) > 0 if subspace else not heuristic
 
 
 def test_sharded_entries_price_the_same_atom_by_lanczos_on_the_column_side():

@@ -27,7 +27,8 @@ class GLMOResult:
     """A GLMO answer: ``x`` in X, the model value at ``x``, a certified bound on
     ``value - min``, and the number of oracle calls spent (pricing LMOs for
     column generation, conic solves for the conic route).  ``x`` is also given
-    as the convex combination ``sum(weights[j] * atoms[j])``.
+    as the convex combination ``sum(weights[j] * atoms[j])``.  ``heuristic``: atoms
+    that column generation found by a cheaper pricing than the LMO (no certificate).
 
     ``converged`` is True when ``gap_bound <= tol``, the tolerance the call
     asked for.  Without ``tol`` (only ``max_calls``, or neither) the target is
@@ -45,6 +46,7 @@ class GLMOResult:
     atoms: list[Atom] = field(default_factory=list)
     weights: np.ndarray = field(default_factory=lambda: np.ones(0))
     converged: bool = field(kw_only=True)  # required: every route must say whether it met tol
+    heuristic: int = field(default=0, kw_only=True)  # atoms from a heuristic pricing (not counted in calls)
 
 
 def as_numpy(a: Any) -> np.ndarray:

@@ -15,6 +15,7 @@ from fullcomp.glmo.master import ConicMaster
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
 from fullcomp.sets.base import Set
+from fullcomp.sets.subspace import RitzSubspace
 from fullcomp.trackers import Revision
 
 DEFAULT_MAX_CALLS = 500
@@ -68,6 +69,7 @@ class ColumnGenerationGLMO:
         self.master = ConicMaster(outer)
         self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
+        self.lazy = np.zeros(slots, dtype=bool)  # slots whose values are not cached yet (heuristic atoms)
         self.q = np.full(n, 1.0 / n)  # last dual, the first pricing direction of the next call
         self.hint: Atom | None = None  # last priced atom: warm-starts iterative LMOs
         self._entries: Entries | None = None
@@ -77,6 +79,8 @@ class ColumnGenerationGLMO:
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
         self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
         self.device = None if device is None else torch.device(device)  # where the LMO's products may run
+        self._ritz: RitzSubspace | None = None  # the domain's heuristic pricer, when it has one
+        self._ritz_state: dict | None = None  # a loaded pricer's state, until its entries are known
 
     def solve(
         self,
@@ -111,7 +115,10 @@ class ColumnGenerationGLMO:
         self.c.value = c
         self._cache_values(entries, track)
         images = self._pool_images(Vm, entries, revision)
-        calls = 0
+        ritz = None if tol is None else self._subspace(entries)  # a fixed pricing budget stays an LMO budget
+        if ritz is not None:
+            ritz.follow(Vm, revision)
+        calls = heuristic = 0
         if not self.active.any():
             # Seed an empty pool with the current point (it costs no pricing call, so max_calls holds
             # from the first call): given as ``start``, or y projected in case it is not quite feasible.
@@ -127,7 +134,8 @@ class ColumnGenerationGLMO:
         # the next direction leans (Wentges' smoothing): column generation's duals oscillate, and a direction
         # between the centre and the master's dual finds atoms that tail off less.  An atom that does not
         # improve the master's point along its own dual by more than the target (a mispricing) sends the next
-        # call to that dual.
+        # call to that dual.  A heuristic pricing (the domain's subspace) is tried first: its atom, when it
+        # improves the model along q by more than the target, spares an LMO call; it certifies nothing.
         certified, best, centre, smoothing = -np.inf, -np.inf, None, SMOOTHING
         while True:
             lam = self._master(c, images)
@@ -140,9 +148,19 @@ class ColumnGenerationGLMO:
             if centre is not None and smoothing > 0:
                 q = smoothing * centre[0] + (1 - smoothing) * q
                 intercept = smoothing * centre[1] + (1 - smoothing) * intercept
-            offset, last = intercept + float(q @ c), calls + 1 >= max_calls
-            atom, values, image, lower, sure = self._price(Vm, entries, q, offset, model_x @ q, target, last)
+            offset, last, base = intercept + float(q @ c), calls + 1 >= max_calls, float(model_x @ q)
+            guess = ritz.price(q) if ritz is not None and heuristic < max_calls else None
+            if guess is not None and base - guess[1] > target:
+                atom, _, image = guess
+                heuristic += 1
+                self.hint = atom
+                smoothing = SMOOTHING if self.q @ image < self.q @ model_x - target else 0.0
+                self._add(atom, None, image, images, lam, track)  # its values wait until x needs them
+                continue
+            atom, values, image, lower, sure = self._price(Vm, entries, q, offset, base, target, last)
             calls += 1
+            if ritz is not None:
+                ritz.add(atom)
             if sure:
                 certified = max(certified, lower)
             if lower > best:
@@ -156,11 +174,21 @@ class ColumnGenerationGLMO:
         gap = max(value - certified, 0.0)
         self._images = None if revision is None else (revision.tag, images.copy())
         used = np.flatnonzero(lam > 0)
-        x = lam @ self.values  # lam is zero on idle slots
+        self._materialize(used)
+        x = lam @ self.values  # lam is zero on idle slots and on lazy ones
         if entries is self._all:
             x = x.reshape(self.domain.shape)
         atoms = [self.atoms[j] for j in used]
-        return GLMOResult(x, value, gap, calls, atoms, lam[used], converged=bool(gap <= target))
+        converged = bool(gap <= target)
+        return GLMOResult(x, value, gap, calls, atoms, lam[used], converged=converged, heuristic=heuristic)
+
+    def _subspace(self, entries: Entries) -> RitzSubspace | None:
+        if self._ritz is None or self._ritz.entries is not entries:
+            self._ritz = self.domain.subspace(entries)
+            if self._ritz is not None and self._ritz_state is not None:
+                self._ritz.load_state_dict(self._ritz_state)
+            self._ritz_state = None
+        return self._ritz
 
     def _price(
         self, Vm: np.ndarray, entries: Entries, q: np.ndarray, offset: float, base: float, target: float, last: bool
@@ -202,8 +230,9 @@ class ColumnGenerationGLMO:
                 J = revision.jacobian
                 if J is not None:
                     columns, values = J.columns.cpu().numpy(), as_numpy(J.values)
-                    images += revision.weight * entries.total(values @ self.values[:, columns].T)
+                    images += revision.weight * entries.total(values @ self._values_at(entries, columns).T)
         else:
+            self._materialize(np.flatnonzero(self.active))
             # One product over all slots (boolean-indexing the cache would copy it).
             images = entries.total((self.values[:, : len(entries)] @ Vm.T).T)
         return np.where(self.active, images, 0.0)
@@ -234,29 +263,54 @@ class ColumnGenerationGLMO:
             self.values, self._work = np.zeros((self.active.size, width)), np.empty((2, len(entries)))
             if fresh:
                 self._images = None
+            self.lazy[:] = False
             for j in np.flatnonzero(self.active):
-                self._write(j, self.atoms[j], self.atoms[j].at(entries), track)
+                self._write(j, self.atoms[j], None, track)
 
-    def _write(self, slot: int, atom: Atom, values: np.ndarray, track: Entries | None) -> None:
-        """An atom's values into the cache: ``values`` at the entries read, evaluated at ``track``."""
-        n = values.size
-        self.values[slot, :n] = values
+    def _write(self, slot: int, atom: Atom, values: np.ndarray | None, track: Entries | None) -> None:
+        """An atom's values into the cache: ``values`` at the entries read (None: evaluated there), evaluated
+        at ``track``."""
+        n = len(self._entries)
+        if values is None:
+            atom.at(self._entries, out=self.values[slot, :n])
+        else:
+            self.values[slot, :n] = values
         if track is not None and len(track):
             atom.at(track, out=self.values[slot, n:])
+        self.lazy[slot] = False
+
+    def _materialize(self, slots: np.ndarray) -> None:
+        for j in slots:
+            if self.lazy[j]:
+                self._write(j, self.atoms[j], None, self._track)
+
+    def _values_at(self, entries: Entries, columns: np.ndarray) -> np.ndarray:
+        """Every slot's values at ``columns`` (positions among ``entries``), lazy slots evaluated there."""
+        values = self.values[:, columns]
+        lazy = np.flatnonzero(self.lazy & self.active)
+        if lazy.size:
+            some = Entries(entries.flat[columns], entries.shape, entries.rows[columns], entries.cols[columns])
+            for j in lazy:
+                values[j] = self.atoms[j].at(some)
+        return values
 
     def _add(
         self,
         atom: Atom,
-        values: np.ndarray,
+        values: np.ndarray | None,
         image: np.ndarray,
         images: np.ndarray,
         lam: np.ndarray | None = None,
         track: Entries | None = None,
     ) -> None:
+        """Pool an atom with its values at the entries read (None: not evaluated until needed) and image."""
         if self.active.all():  # pool atoms plus the slot for the new one are all taken
             self._make_room(images, lam)
         slot = int(np.argmin(self.active))
-        self._write(slot, atom, values, track)
+        if values is None:
+            self.lazy[slot] = True
+        else:
+            self._write(slot, atom, values, track)
         self.atoms[slot], images[:, slot], self.active[slot] = atom, image, True
 
     def _make_room(self, images: np.ndarray, lam: np.ndarray | None) -> None:
@@ -268,7 +322,9 @@ class ColumnGenerationGLMO:
         i, j = np.argsort(weights)[:2]
         wi, wj = weights[i] / (weights[i] + weights[j]), weights[j] / (weights[i] + weights[j])
         self.atoms[i] = MixtureAtom([self.atoms[i], self.atoms[j]], np.array([wi, wj]))
-        self.values[i] = wi * self.values[i] + wj * self.values[j]
+        if not (self.lazy[i] or self.lazy[j]):
+            self.values[i] = wi * self.values[i] + wj * self.values[j]
+        self.lazy[i] |= self.lazy[j]
         images[:, i] = wi * images[:, i] + wj * images[:, j]
         self.active[j] = False
 
@@ -276,6 +332,7 @@ class ColumnGenerationGLMO:
         state = {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy(), "hint": self.hint}
         # The carried images round differently from recomputed ones: a resume exact to the bit needs them.
         state["images"] = None if self._images is None else (self._images[0], self._images[1].copy())
+        state["ritz"] = self._ritz.state_dict() if self._ritz is not None else self._ritz_state
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -284,3 +341,4 @@ class ColumnGenerationGLMO:
         self._entries = None  # the value cache is rebuilt from the atoms
         images = state.get("images")
         self._images = None if images is None else (int(images[0]), np.array(images[1]))
+        self._ritz, self._ritz_state = None, state.get("ritz")

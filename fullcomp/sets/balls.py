@@ -14,12 +14,16 @@ from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Atom, Entries, RankOneAtom
 from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 from fullcomp.sets.lanczos import DevicePattern, SingularPair, SparsePattern
+from fullcomp.sets.subspace import RitzSubspace
 
 LANCZOS_TOL = 1e-7
 #: Up to this many rows or columns on the shorter side and this many entries, the top pair comes from a dense
 #: eigensolve of the Gram matrix: at 40 x 50 it took 0.2 ms against 0.55 ms for warm-started Lanczos; at
 #: 100 x 200 Lanczos won, and a long other side makes the Gram product the larger cost.
 DENSE_SIDE, DENSE_SIZE = 64, 1 << 16
+#: Heuristic pricing (:mod:`fullcomp.sets.subspace`) from this many read entries: measured slower on
+#: MovieLens-100K (80,000 entries), even at 800,000 and faster at 8,000,000 (docs/performance.md).
+SUBSPACE_ENTRIES = 2_000_000
 
 
 def small_pair(shape: tuple[int, int]) -> bool:
@@ -184,6 +188,19 @@ class NuclearBall(Set):
     def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
         return self.lmo_bounded(direction, entries, hint)[0]
 
+    def subspace(self, entries: Entries) -> RitzSubspace | None:
+        """Rayleigh-Ritz pricing on past singular vectors for sparse, unsharded entries of at least
+        :data:`SUBSPACE_ENTRIES`, where a pricing call's passes over the entries cost more than the extra
+        master solves and atom evaluations that the heuristic atoms bring."""
+        if len(entries) < SUBSPACE_ENTRIES or len(entries) == self.size or entries.sharded or small_pair(self.shape):
+            return None
+        return RitzSubspace(self.radius, entries, self._pattern_for(entries))
+
+    def _pattern_for(self, entries: Entries) -> SparsePattern:
+        if self._pattern is None or self._pattern[0] is not entries:
+            self._pattern = (entries, SparsePattern(entries.rows, entries.cols, self.shape))
+        return self._pattern[1]
+
     def lmo_bounded(
         self,
         direction: np.ndarray,
@@ -203,16 +220,15 @@ class NuclearBall(Set):
             matrix[entries.flat] = direction
             matrix, transpose = matrix.reshape(self.shape), None
         else:
-            if self._pattern is None or self._pattern[0] is not entries:
-                self._pattern = (entries, SparsePattern(entries.rows, entries.cols, self.shape))
+            pattern = self._pattern_for(entries)
             device = None if device is None else torch.device(device)
             if device is not None and device.type in lanczos.PRODUCT_DEVICES and not small_pair(self.shape):
                 held = self._on_device
                 if held is None or held[0] is not entries or held[1] != device:
-                    self._on_device = (entries, device, self._pattern[1].on(device))
+                    self._on_device = (entries, device, pattern.on(device))
                 matrix, transpose = self._on_device[2].fill(direction)
             else:
-                matrix, transpose = self._pattern[1].fill(direction)
+                matrix, transpose = pattern.fill(direction)
         r = self.radius
         stop = None if enough is None else (lambda sigma, upper: enough(-r * sigma, -r * upper))
         if entries.sharded:

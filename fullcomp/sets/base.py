@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cvxpy as cp
 import numpy as np
@@ -12,6 +12,9 @@ import torch
 
 from fullcomp.errors import DomainError
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries
+
+if TYPE_CHECKING:
+    from fullcomp.sets.subspace import RitzSubspace
 
 Array = Any  # numpy array or torch tensor; results come back in the type given
 
@@ -123,6 +126,11 @@ class Set(ABC):
         """
         atom = self.lmo_atom(direction, entries, hint)
         return atom, float(direction @ atom.at(entries))
+
+    def subspace(self, entries: Entries) -> RitzSubspace | None:
+        """A heuristic pricer for directions on ``entries`` (see :mod:`fullcomp.sets.subspace`), or None:
+        column generation then prices with :meth:`lmo_bounded` alone."""
+        return None
 
     def contains(self, point: Array, tol: float = 1e-9) -> bool:
         p = point.detach().cpu().numpy() if isinstance(point, torch.Tensor) else np.asarray(point, float)
