@@ -12,6 +12,7 @@ import sys
 import time
 
 import cvxpy as cp
+import numpy as np
 import torch
 
 import fullcomp as fc
@@ -106,6 +107,34 @@ def lanczos_case(rank: int) -> dict:
     return {"lower": lower, **{k: v.tolist() for k, v in found.items()}}
 
 
+def subspace_case(rank: int | None) -> dict:
+    """Heuristic pricing on rank ``rank``'s row block of a random 120 x 50 pattern (None: on all of it): a basis
+    of five atoms, a tracker revision by a sampled Jacobian on some entries of each block, then one price."""
+    from fullcomp.oracles import BatchJacobian
+    from fullcomp.sets.atoms import Entries, RankOneAtom
+    from fullcomp.sets.lanczos import SparsePattern
+    from fullcomp.sets.subspace import RitzSubspace
+    from fullcomp.trackers import Revision
+
+    gen = torch.Generator().manual_seed(8)
+    flat = torch.randperm(120 * 50, generator=gen)[:1500].sort().values.numpy()
+    V = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
+    sampled = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
+    draw = [torch.randn(m, generator=gen, dtype=torch.float64).numpy() for m in (120, 50) * 5]
+    atoms = [RankOneAtom(u, v) for u, v in zip(draw[::2], draw[1::2])]
+    mine = np.ones(flat.size, bool) if rank is None else (flat // 50 >= 60) == bool(rank)  # rows 0-59 / 60-119
+    entries = Entries(flat[mine], (120, 50), sharded=rank is not None)
+    ritz = RitzSubspace(2.0, entries, SparsePattern(entries.rows, entries.cols, (120, 50)))
+    ritz.follow(V[:, mine], Revision(0))
+    for atom in atoms:
+        ritz.add(atom)
+    touched = torch.from_numpy(np.flatnonzero(np.flatnonzero(mine) % 7 == 0))  # every 7th entry of the whole
+    J = BatchJacobian(touched, torch.from_numpy(sampled[:, mine][:, touched.numpy()]), len(entries))
+    ritz.follow(0.75 * V[:, mine] + 0.25 * J.dense().numpy(), Revision(1, since=0, keep=0.75, weight=0.25, jacobian=J))
+    atom, value, images = ritz.price(np.array([0.2, 0.5, 0.3]))
+    return {"u": atom.u.tolist(), "v": atom.v.tolist(), "value": value, "images": images.tolist()}
+
+
 def sharded(rank: int | None) -> fc.CompositeProblem:
     """Rank ``rank``'s row block of a small completion problem; None: one process holding both blocks, its
     inner map the mean of the two ranks' and its sampler the union of their draws."""
@@ -168,6 +197,51 @@ def on_cuda(rank: int) -> fc.CompositeProblem:
     return fc.CompositeProblem(cp.max(fc.inner_value(3)), inner, fc.L1Ball(6, 2.0), sampler=sampler)
 
 
+def touched_union() -> fc.CompositeProblem:
+    """The one-process twin of :func:`sharded` declared, as each rank's part is, on the entries its batches
+    touch: its tracker then moves by sparse revisions, as the ranks' do."""
+    from fullcomp.experiments import sharded_completion_problem
+
+    parts = [sharded_completion_problem(SHARDED_DATA, batch=8, rank=r, size=WORLD) for r in range(WORLD)]
+    union, starts = sharded(None), [0, len(parts[0].reads)]
+
+    def touches(batches):
+        return torch.cat([p.touches(b) + s for p, b, s in zip(parts, batches, starts)])
+
+    def inner(values, batches):
+        pieces = values.split([p.touches(b).numel() for p, b in zip(parts, batches)])
+        return sum(p.inner_on_touched(v, b) for p, v, b in zip(parts, pieces, batches)) / WORLD
+
+    outer = cp.max(fc.inner_value(SHARDED_DATA.n_groups))
+    return fc.CompositeProblem(
+        outer, inner, parts[0].domain, sampler=union.sampler, reads=union.reads.flat, touches=touches, sharded=True
+    )
+
+
+def subspace_run(rank: int | None) -> dict:
+    """Certified HMSFW on the sharded problem with heuristic pricing on (its thresholds lowered to this size),
+    and how many heuristic atoms its GLMOs used; None: on :func:`touched_union`."""
+    from fullcomp.glmo import ColumnGenerationGLMO
+
+    thresholds = fc.sets.balls.DENSE_SIDE, fc.sets.balls.SUBSPACE_ENTRIES
+    fc.sets.balls.DENSE_SIDE, fc.sets.balls.SUBSPACE_ENTRIES = 0, 0
+    real, used = ColumnGenerationGLMO.solve, []
+
+    def counted(self, *args, **kwargs):
+        res = real(self, *args, **kwargs)
+        used.append(res.heuristic)
+        return res
+
+    ColumnGenerationGLMO.solve = counted
+    try:
+        problem = touched_union() if rank is None else sharded(rank)
+        result = fc.solve(problem, "hmsfw", iters=10, seed=SEED, progress=False)
+    finally:
+        ColumnGenerationGLMO.solve = real
+        fc.sets.balls.DENSE_SIDE, fc.sets.balls.SUBSPACE_ENTRIES = thresholds
+    return {**record(result), "heuristic": sum(used)}
+
+
 def worker(case: str, out: str, extra: str) -> None:
     """One rank of a 2-process job on 127.0.0.1 (the test sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
     here = fc.distributed.init(backend="nccl" if case == "nccl" else "gloo", timeout=15.0 if case != "nccl" else 60.0)
@@ -196,6 +270,10 @@ def worker(case: str, out: str, extra: str) -> None:
             found = {"error": str(exc)}
     elif case == "lanczos":
         found = lanczos_case(here.rank)
+    elif case == "subspace":
+        found = subspace_case(here.rank)
+    elif case == "subspace-run":
+        found = subspace_run(here.rank)
     elif case == "sharded-checkpoint":
         path = os.path.join(extra, "sharded.ckpt")
         run = dict(seed=SEED, progress=False, max_pricing=4)

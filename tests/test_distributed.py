@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from distributed_cases import RUNS, SEED, WORLD, composite, record
+from distributed_cases import RUNS, SEED, WORLD, composite, record, subspace_case, subspace_run
 
 import fullcomp as fc
 
@@ -125,6 +125,25 @@ def test_two_ranks_on_nccl_keep_one_iterate(tmp_path):
     found, codes = job("nccl", tmp_path)
     assert codes == [0, 0] and found["device"].startswith("cuda")
     assert found["x"][0] == found["x"][1]  # the same step on every rank, from the all-reduced oracle
+
+
+def test_heuristic_pricing_on_sharded_entries_prices_as_one_process(tmp_path):
+    """The Ritz basis and its products are the same on every rank (a new vector's products summed over the
+    ranks, their sampled Jacobians gathered), so two ranks holding row blocks price what one process holding
+    the whole pattern prices."""
+    found, codes = job("subspace", tmp_path)
+    single = subspace_case(None)
+    assert codes == [0, 0]
+    for key in ("u", "v", "images"):
+        assert found[key] == pytest.approx(single[key], rel=1e-12, abs=1e-12), key
+    assert found["value"] == pytest.approx(single["value"], rel=1e-12)
+
+
+def test_a_sharded_run_with_heuristic_pricing_certifies_every_glmo(tmp_path):
+    found, codes = job("subspace-run", tmp_path)
+    assert codes == [0, 0] and found["heuristic"] > 0
+    assert all(row["glmo_converged"] == 1 for row in found["rows"])
+    close(found["rows"][:1], subspace_run(None)["rows"][:1], 1e-8, "subspace-run")
 
 
 def test_ranks_sharing_rows_are_refused_before_the_run(tmp_path):

@@ -189,10 +189,10 @@ class NuclearBall(Set):
         return self.lmo_bounded(direction, entries, hint)[0]
 
     def subspace(self, entries: Entries) -> RitzSubspace | None:
-        """Rayleigh-Ritz pricing on past singular vectors for sparse, unsharded entries of at least
-        :data:`SUBSPACE_ENTRIES`, where a pricing call's passes over the entries cost more than the extra
-        master solves and atom evaluations that the heuristic atoms bring."""
-        if len(entries) < SUBSPACE_ENTRIES or len(entries) == self.size or entries.sharded or small_pair(self.shape):
+        """Rayleigh-Ritz pricing on past singular vectors for sparse entries of at least
+        :data:`SUBSPACE_ENTRIES` (on sharded entries, this rank's), where a pricing call's passes over the
+        entries cost more than the extra master solves and atom evaluations that the heuristic atoms bring."""
+        if len(entries) < SUBSPACE_ENTRIES or len(entries) == self.size or small_pair(self.shape):
             return None
         return RitzSubspace(self.radius, entries, self._pattern_for(entries))
 

@@ -13,6 +13,9 @@ it certifies nothing; it spares a Lanczos run whenever it improves the master
 The basis sits on the longer side so that B (n x s x k, s = min(P, Q)) stays
 small.  B follows V across calls through the tracker's revisions
 (V = keep V_since + weight J, J on a few columns), as the pool's images do.
+On sharded entries (a rank's rows) the basis and B are the same on every
+rank: a new vector's products are summed over the ranks (n x s numbers), and
+the ranks' sampled Jacobians are gathered so that each applies all of them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from fullcomp import distributed
 from fullcomp.sets.atoms import Entries, RankOneAtom
 from fullcomp.sets.lanczos import SparsePattern
 
@@ -64,20 +68,22 @@ class RitzSubspace:
             self.products *= revision.keep
             J = revision.jacobian
             if J is not None and self.count:
-                values = J.values.detach().cpu().numpy().astype(np.float64, copy=False)
-                self._add_sample(J.columns.cpu().numpy(), values, revision.weight)
+                columns, values = J.columns.cpu().numpy(), J.values.detach().cpu().numpy().astype(np.float64)
+                sample = (self.long_at[columns], self.short_at[columns], values)
+                for long, short, values in distributed.gather(sample) if self.entries.sharded else [sample]:
+                    self._add_sample(long, short, values, revision.weight)
         elif not carried:
             self.basis, self.products = np.zeros_like(self.basis), np.zeros((n, self.size, self.short))
             self.count = self.oldest = 0
         self.tag = None if revision is None else revision.tag
         self.V = V
 
-    def _add_sample(self, columns: np.ndarray, values: np.ndarray, weight: float) -> None:
-        """products += weight * J_g^T w_j for J with ``values`` (n, t) at ``columns`` (positions in entries)."""
-        k, t = self.count, len(columns)
-        gathered = np.ascontiguousarray(self.basis[:k, self.long_at[columns]].T)  # (t, k)
+    def _add_sample(self, long: np.ndarray, short: np.ndarray, values: np.ndarray, weight: float) -> None:
+        """products += weight * J_g^T w_j for J with ``values`` (n, t) at the (long, short) indices."""
+        k, t = self.count, len(long)
+        gathered = np.ascontiguousarray(self.basis[:k, long].T)  # (t, k)
         # One sparse (s, t) matrix per row of J sums its entries into their short-side indices.
-        scatter = sp.csr_matrix((np.ones(t), (self.short_at[columns], np.arange(t))), shape=(self.short, t))
+        scatter = sp.csr_matrix((np.ones(t), (short, np.arange(t))), shape=(self.short, t))
         for g, row in enumerate(values):
             scatter.data = row[scatter.indices]
             self.products[g, :k] += weight * (scatter @ gathered).T
@@ -98,9 +104,11 @@ class RitzSubspace:
         if norm <= INDEPENDENT:
             return
         self.basis[slot] = w / norm
+        column = np.empty((len(self.V), self.short))
         for g, row in enumerate(self.V):
             matrix, transpose = self.pattern.fill(row)
-            self.products[g, slot] = transpose @ self.basis[slot] if self.rows_long else matrix @ self.basis[slot]
+            column[g] = transpose @ self.basis[slot] if self.rows_long else matrix @ self.basis[slot]
+        self.products[:, slot] = self.entries.total(column)
         if self.count < self.size:
             self.count += 1
         else:
