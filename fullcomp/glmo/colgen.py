@@ -48,6 +48,10 @@ class ColumnGenerationGLMO:
     target; only a bound at the LMO's own tolerance certifies.  For the nuclear
     ball the bound assumes, as any Lanczos answer does, that the iteration
     found the top of the spectrum: stopped after a few steps, it often had not.
+
+    A certified call first asks the domain's heuristic pricer, when it has one (:meth:`Set.subspace`: the
+    nuclear ball on large sparse entries), for an atom; one that improves the master by more than the target
+    joins the pool without an LMO call, its values computed only if x needs them.  It certifies nothing.
     ``device``, the run's, is passed to the set's LMO: on a GPU the nuclear ball multiplies there.
     """
 
@@ -76,6 +80,7 @@ class ColumnGenerationGLMO:
         self._track: Entries | None = None
         self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads, then at track
         self._work = np.empty((2, 0))  # the direction and a priced atom's values, reused across calls
+        self._spare = np.empty(0)  # a row of the value cache's width, for merges
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
         self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
         self.device = None if device is None else torch.device(device)  # where the LMO's products may run
@@ -322,9 +327,14 @@ class ColumnGenerationGLMO:
         i, j = np.argsort(weights)[:2]
         wi, wj = weights[i] / (weights[i] + weights[j]), weights[j] / (weights[i] + weights[j])
         self.atoms[i] = MixtureAtom([self.atoms[i], self.atoms[j]], np.array([wi, wj]))
-        if not (self.lazy[i] or self.lazy[j]):
-            self.values[i] = wi * self.values[i] + wj * self.values[j]
-        self.lazy[i] |= self.lazy[j]
+        if self.lazy[i] or self.lazy[j]:  # evaluated, if ever, as the mixture: cheaper than both now at 10^7
+            self.lazy[i] = True
+        else:
+            # wi v_i + wj v_j in place: a fresh row of the cache's width page-faults at 10^7 entries.
+            if self._spare.shape != self.values[i].shape:
+                self._spare = np.empty_like(self.values[i])
+            np.multiply(self.values[i], wi, out=self.values[i])
+            self.values[i] += np.multiply(self.values[j], wj, out=self._spare)
         images[:, i] = wi * images[:, i] + wj * images[:, j]
         self.active[j] = False
 

@@ -132,10 +132,12 @@ class MixtureAtom(Atom):
         self.shape = self.atoms[0].shape
 
     def at(self, entries: Entries, out: np.ndarray | None = None) -> np.ndarray:
-        values = sum(w * a.at(entries) for w, a in zip(self.weights, self.atoms))
-        if out is None:
-            return values
-        out[...] = values
+        """sum_j w_j a_j at the entries, accumulated in place (in that order) through one work array."""
+        out = np.zeros(len(entries)) if out is None else out
+        out.fill(0.0)
+        term = np.empty(len(entries))
+        for w, a in zip(self.weights, self.atoms):
+            out += np.multiply(a.at(entries, out=term), w, out=term)
         return out
 
     def dense(self) -> np.ndarray:
