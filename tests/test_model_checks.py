@@ -434,3 +434,12 @@ def test_a_map_failing_under_forward_mode_falls_back_to_reverse_mode():
     with pytest.raises(Exception):  # noqa: B017  (torch.func has no forward mode for it)
         torch.func.jvp(lambda x: inner(x, None), (torch.ones(20, dtype=F64),), (torch.ones(20, dtype=F64),))
     assert ball_problem(inner).dtype == F64
+
+
+def test_outer_value_names_the_placeholder_size():
+    from fullcomp.model.composite import Outer
+
+    outer = Outer(cp.max(fc.inner_value(7)), fc.L2Ball(3))
+    assert outer.value(np.arange(7.0)) == 6.0
+    with pytest.raises(fc.errors.ModelError, match="placeholder holds 7 values, got an array of shape \\(3,\\)"):
+        outer.value(np.zeros(3))
