@@ -485,9 +485,14 @@ def test_ritz_subspace_atoms_are_the_best_in_the_basis_and_their_images_exact(sh
     copy = RitzSubspace(X.radius, entries, ritz.pattern)
     copy.load_state_dict(ritz.state_dict())
     assert np.array_equal(copy.price(q)[0].u, atom.u) and np.array_equal(copy.price(q)[2], ritz.price(q)[2])
-    # A V it cannot relate to the last one empties the basis rather than pricing with stale products.
+    # A V it cannot relate to the last one empties the basis rather than pricing with stale products: one of
+    # another lineage, or any V after one that came without a revision.
     ritz.follow(V, Revision(7, since=3))
     assert ritz.count == 0 and ritz.price(q) is None
+    ritz.follow(V, None)
+    ritz.add(atom)
+    ritz.follow(V_next, Revision(8))
+    assert ritz.count == 0
 
 
 def test_ritz_subspace_replaces_its_oldest_vector_when_full(monkeypatch):

@@ -63,7 +63,8 @@ class RitzSubspace:
         """Make the products those with this call's V: carried over when ``revision`` relates V to the last
         call's, else the basis starts empty (recomputing it would cost n products per vector)."""
         n = V.shape[0]
-        carried = revision is not None and self.tag in (revision.tag, revision.since) and len(self.products) == n
+        carried = revision is not None and self.tag is not None and self.tag in (revision.tag, revision.since)
+        carried = carried and len(self.products) == n
         if carried and self.tag != revision.tag:
             self.products *= revision.keep
             J = revision.jacobian
