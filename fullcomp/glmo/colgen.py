@@ -327,7 +327,7 @@ class ColumnGenerationGLMO:
         i, j = np.argsort(weights)[:2]
         wi, wj = weights[i] / (weights[i] + weights[j]), weights[j] / (weights[i] + weights[j])
         self.atoms[i] = MixtureAtom([self.atoms[i], self.atoms[j]], np.array([wi, wj]))
-        if self.lazy[i] or self.lazy[j]:  # evaluated, if ever, as the mixture: cheaper than both now at 10^7
+        if self.lazy[i] or self.lazy[j]:  # evaluated as the mixture if x needs it (evaluating both now was slower)
             self.lazy[i] = True
         else:
             # wi v_i + wj v_j in place: a fresh row of the cache's width page-faults at 10^7 entries.

@@ -22,7 +22,7 @@ LANCZOS_TOL = 1e-7
 #: 100 x 200 Lanczos won, and a long other side makes the Gram product the larger cost.
 DENSE_SIDE, DENSE_SIZE = 64, 1 << 16
 #: Heuristic pricing (:mod:`fullcomp.sets.subspace`) from this many read entries: measured slower on
-#: MovieLens-100K (80,000 entries), even at 800,000 and faster at 8,000,000 (docs/performance.md).
+#: MovieLens-100K (80,000 entries), no faster at 800,000, faster at 8,000,000 (docs/performance.md).
 SUBSPACE_ENTRIES = 2_000_000
 
 
