@@ -108,31 +108,36 @@ def lanczos_case(rank: int) -> dict:
 
 
 def subspace_case(rank: int | None) -> dict:
-    """Heuristic pricing on rank ``rank``'s row block of a random 120 x 50 pattern (None: on all of it): a basis
-    of five atoms, a tracker revision by a sampled Jacobian on some entries of each block, then one price."""
+    """Heuristic pricing on rank ``rank``'s row block of random 120 x 50 and 50 x 120 patterns (None: on all
+    of it; the basis lies on the rows, then on the columns): a basis of five atoms, a tracker revision by a
+    sampled Jacobian on some entries of each block, then one price."""
     from fullcomp.oracles import BatchJacobian
     from fullcomp.sets.atoms import Entries, RankOneAtom
     from fullcomp.sets.lanczos import SparsePattern
     from fullcomp.sets.subspace import RitzSubspace
     from fullcomp.trackers import Revision
 
-    gen = torch.Generator().manual_seed(8)
-    flat = torch.randperm(120 * 50, generator=gen)[:1500].sort().values.numpy()
-    V = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
-    sampled = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
-    draw = [torch.randn(m, generator=gen, dtype=torch.float64).numpy() for m in (120, 50) * 5]
-    atoms = [RankOneAtom(u, v) for u, v in zip(draw[::2], draw[1::2])]
-    mine = np.ones(flat.size, bool) if rank is None else (flat // 50 >= 60) == bool(rank)  # rows 0-59 / 60-119
-    entries = Entries(flat[mine], (120, 50), sharded=rank is not None)
-    ritz = RitzSubspace(2.0, entries, SparsePattern(entries.rows, entries.cols, (120, 50)))
-    ritz.follow(V[:, mine], Revision(0))
-    for atom in atoms:
-        ritz.add(atom)
-    touched = torch.from_numpy(np.flatnonzero(np.flatnonzero(mine) % 7 == 0))  # every 7th entry of the whole
-    J = BatchJacobian(touched, torch.from_numpy(sampled[:, mine][:, touched.numpy()]), len(entries))
-    ritz.follow(0.75 * V[:, mine] + 0.25 * J.dense().numpy(), Revision(1, since=0, keep=0.75, weight=0.25, jacobian=J))
-    atom, value, images = ritz.price(np.array([0.2, 0.5, 0.3]))
-    return {"u": atom.u.tolist(), "v": atom.v.tolist(), "value": value, "images": images.tolist()}
+    found = {}
+    for P, Q in ((120, 50), (50, 120)):
+        gen = torch.Generator().manual_seed(8)
+        flat = torch.randperm(P * Q, generator=gen)[:1500].sort().values.numpy()
+        V = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
+        sampled = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
+        draw = [torch.randn(m, generator=gen, dtype=torch.float64).numpy() for m in (P, Q) * 5]
+        atoms = [RankOneAtom(u, v) for u, v in zip(draw[::2], draw[1::2])]
+        mine = np.ones(flat.size, bool) if rank is None else (flat // Q >= P // 2) == bool(rank)  # row halves
+        entries = Entries(flat[mine], (P, Q), sharded=rank is not None)
+        ritz = RitzSubspace(2.0, entries, SparsePattern(entries.rows, entries.cols, (P, Q)))
+        ritz.follow(V[:, mine], Revision(0))
+        for atom in atoms:
+            ritz.add(atom)
+        touched = torch.from_numpy(np.flatnonzero(np.flatnonzero(mine) % 7 == 0))  # every 7th entry of the whole
+        J = BatchJacobian(touched, torch.from_numpy(sampled[:, mine][:, touched.numpy()]), len(entries))
+        V_next = 0.75 * V[:, mine] + 0.25 * J.dense().numpy()
+        ritz.follow(V_next, Revision(1, since=0, keep=0.75, weight=0.25, jacobian=J))
+        atom, value, images = ritz.price(np.array([0.2, 0.5, 0.3]))
+        found[f"{P}x{Q}"] = {"u": atom.u.tolist(), "v": atom.v.tolist(), "value": value, "images": images.tolist()}
+    return found
 
 
 def sharded(rank: int | None) -> fc.CompositeProblem:

@@ -132,11 +132,11 @@ def test_heuristic_pricing_on_sharded_entries_prices_as_one_process(tmp_path):
     ranks, their sampled Jacobians gathered), so two ranks holding row blocks price what one process holding
     the whole pattern prices."""
     found, codes = job("subspace", tmp_path)
-    single = subspace_case(None)
     assert codes == [0, 0]
-    for key in ("u", "v", "images"):
-        assert found[key] == pytest.approx(single[key], rel=1e-12, abs=1e-12), key
-    assert found["value"] == pytest.approx(single["value"], rel=1e-12)
+    for shape, single in subspace_case(None).items():
+        for key in ("u", "v", "images"):
+            assert found[shape][key] == pytest.approx(single[key], rel=1e-12, abs=1e-12), (shape, key)
+        assert found[shape]["value"] == pytest.approx(single["value"], rel=1e-12), shape
 
 
 def test_a_sharded_run_with_heuristic_pricing_certifies_every_glmo(tmp_path):

@@ -535,7 +535,8 @@ def test_colgen_certificates_bound_the_truth_on_random_lanczos_instances(seed, m
     assert res.converged and res.value - ref <= res.gap_bound + 1e-8 * (1 + abs(ref))
 
 
-def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(monkeypatch):
+@pytest.mark.parametrize("kind", ["max", "cvar"])
+def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(kind, monkeypatch):
     """Column generation with Rayleigh-Ritz pricing first (fullcomp.sets.subspace) on sparse entries, over
     Polyak steps of V that carry the subspace: heuristic atoms are used, and every certified gap bounds the
     distance to CVXPY's optimum."""
@@ -550,7 +551,9 @@ def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(mon
     shape, n, m = (12, 18), 5, 120
     X = fc.NuclearBall(shape, 3.0)
     entries = Entries(np.sort(rng.choice(X.size, m, replace=False)), shape)
-    glmo = ColumnGenerationGLMO(Outer(cp.max(fc.inner_value(n)), X), X)
+    alpha = 0.4
+    outer = Outer(F_lib(kind, alpha, fc.inner_value(n)), X)
+    glmo = ColumnGenerationGLMO(outer, X)
     V, z, y = rng.standard_normal((n, m)), rng.standard_normal(n), np.zeros(m)
     revision, heuristic = Revision(0), 0
     for k in range(5):
@@ -558,12 +561,10 @@ def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(mon
         heuristic += res.heuristic
         x = cp.Variable(shape)
         read = cp.hstack([x[r, c] for r, c in zip(entries.rows, entries.cols)])
-        ref = cp.Problem(cp.Minimize(cp.max(z - V @ y + V @ read)), X.cvxpy_constraints(x))
+        ref = cp.Problem(cp.Minimize(F_ref(kind, alpha, z - V @ y + V @ read, n)), X.cvxpy_constraints(x))
         ref.solve(solver="CLARABEL")
         assert res.converged and res.value - ref.value <= res.gap_bound + 1e-7 * (1 + abs(ref.value))
-        assert res.value == pytest.approx(
-            fc.model.composite.Outer(cp.max(fc.inner_value(n)), X).value(z - V @ y + V @ res.x), abs=1e-10
-        )
+        assert res.value == pytest.approx(F_numeric(kind, alpha, z - V @ y + V @ res.x), abs=1e-10)
         cols = np.sort(rng.choice(m, 10, replace=False))
         J = BatchJacobian(torch.from_numpy(cols), torch.from_numpy(rng.standard_normal((n, 10))), m)
         V, y = 0.8 * V + 0.2 * J.dense().numpy(), res.x
