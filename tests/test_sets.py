@@ -458,6 +458,7 @@ def test_ritz_subspace_atoms_are_the_best_in_the_basis_and_their_images_exact(sh
     entries = Entries(np.sort(rng.choice(X.size, m, replace=False)), shape)
     V = rng.standard_normal((n, m))
     ritz = X.subspace(entries)
+    assert X.subspace(entries, torch.device("cuda")) is None  # on a GPU run the LMO multiplies there instead
     ritz.follow(V, Revision(0))
     for _ in range(6):
         ritz.add(X.lmo_bounded(rng.standard_normal(m), entries)[0])

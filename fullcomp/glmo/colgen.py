@@ -189,7 +189,7 @@ class ColumnGenerationGLMO:
 
     def _subspace(self, entries: Entries) -> RitzSubspace | None:
         if self._ritz is None or self._ritz.entries is not entries:
-            self._ritz = self.domain.subspace(entries)
+            self._ritz = self.domain.subspace(entries, self.device)
             if self._ritz is not None and self._ritz_state is not None:
                 self._ritz.load_state_dict(self._ritz_state)
             self._ritz_state = None

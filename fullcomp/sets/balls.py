@@ -188,11 +188,14 @@ class NuclearBall(Set):
     def lmo_atom(self, direction: np.ndarray, entries: Entries, hint: Atom | None = None) -> Atom:
         return self.lmo_bounded(direction, entries, hint)[0]
 
-    def subspace(self, entries: Entries) -> RitzSubspace | None:
+    def subspace(self, entries: Entries, device: torch.device | None = None) -> RitzSubspace | None:
         """Rayleigh-Ritz pricing on past singular vectors for sparse entries of at least
         :data:`SUBSPACE_ENTRIES` (on sharded entries, this rank's), where a pricing call's passes over the
-        entries cost more than the extra master solves and atom evaluations that the heuristic atoms bring."""
-        if len(entries) < SUBSPACE_ENTRIES or len(entries) == self.size or small_pair(self.shape):
+        entries cost more than the extra master solves and atom evaluations that the heuristic atoms bring.
+        None on a ``device`` that multiplies the LMO's directions (a GPU): the pricer's products run on the
+        host, and nothing says they pay there."""
+        on_device = device is not None and torch.device(device).type in lanczos.PRODUCT_DEVICES
+        if on_device or len(entries) < SUBSPACE_ENTRIES or len(entries) == self.size or small_pair(self.shape):
             return None
         return RitzSubspace(self.radius, entries, self._pattern_for(entries))
 

@@ -127,9 +127,9 @@ class Set(ABC):
         atom = self.lmo_atom(direction, entries, hint)
         return atom, float(direction @ atom.at(entries))
 
-    def subspace(self, entries: Entries) -> RitzSubspace | None:
-        """A heuristic pricer for directions on ``entries`` (see :mod:`fullcomp.sets.subspace`), or None:
-        column generation then prices with :meth:`lmo_bounded` alone."""
+    def subspace(self, entries: Entries, device: torch.device | None = None) -> RitzSubspace | None:
+        """A heuristic pricer for directions on ``entries`` in a run on ``device`` (see
+        :mod:`fullcomp.sets.subspace`), or None: column generation then prices with :meth:`lmo_bounded` alone."""
         return None
 
     def contains(self, point: Array, tol: float = 1e-9) -> bool:
