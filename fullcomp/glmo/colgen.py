@@ -156,22 +156,20 @@ class ColumnGenerationGLMO:
             offset, last, base = intercept + float(q @ c), calls + 1 >= max_calls, float(model_x @ q)
             guess = ritz.price(q) if ritz is not None and heuristic < max_calls else None
             if guess is not None and base - guess[1] > target:
-                atom, _, image = guess
+                (atom, _, image), values = guess, None  # its values wait until x needs them
                 heuristic += 1
                 self.hint = atom
-                smoothing = SMOOTHING if self.q @ image < self.q @ model_x - target else 0.0
-                self._add(atom, None, image, images, lam, track)  # its values wait until x needs them
-                continue
-            atom, values, image, lower, sure = self._price(Vm, entries, q, offset, base, target, last)
-            calls += 1
-            if ritz is not None:
-                ritz.add(atom)
-            if sure:
-                certified = max(certified, lower)
-            if lower > best:
-                best, centre = lower, (q, intercept)
-            if value - certified <= target:
-                break
+            else:
+                atom, values, image, lower, sure = self._price(Vm, entries, q, offset, base, target, last)
+                calls += 1
+                if ritz is not None:
+                    ritz.add(atom)
+                if sure:
+                    certified = max(certified, lower)
+                if lower > best:
+                    best, centre = lower, (q, intercept)
+                if value - certified <= target:
+                    break
             smoothing = SMOOTHING if self.q @ image < self.q @ model_x - target else 0.0
             self._add(atom, values, image, images, lam, track)
             if calls >= max_calls:
@@ -268,7 +266,6 @@ class ColumnGenerationGLMO:
             self.values, self._work = np.zeros((self.active.size, width)), np.empty((2, len(entries)))
             if fresh:
                 self._images = None
-            self.lazy[:] = False
             for j in np.flatnonzero(self.active):
                 self._write(j, self.atoms[j], None, track)
 

@@ -133,7 +133,7 @@ class MixtureAtom(Atom):
 
     def at(self, entries: Entries, out: np.ndarray | None = None) -> np.ndarray:
         """sum_j w_j a_j at the entries, accumulated in place (in that order) through one work array."""
-        out = np.zeros(len(entries)) if out is None else out
+        out = np.empty(len(entries)) if out is None else out
         out.fill(0.0)
         term = np.empty(len(entries))
         for w, a in zip(self.weights, self.atoms):
