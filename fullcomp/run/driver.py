@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from fullcomp import distributed
 from fullcomp.errors import CallbackError, CheckpointError
+from fullcomp.run import allocator
 from fullcomp.run.budget import Stopwatch
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
@@ -72,6 +73,7 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
 
     ``fingerprint`` identifies the run in its checkpoint (needed only when ``run.checkpoint`` is set).
     """
+    allocator.tune()
     info = dict(plan.info)
     history = History()
     watch = Stopwatch()

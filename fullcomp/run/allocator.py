@@ -1,0 +1,50 @@
+"""The C allocator's settings for a run: freed memory is kept for reuse instead of handed back to the kernel.
+
+With glibc's defaults, a block above a moving threshold (128 kB at start, then the largest block freed so
+far) is mapped fresh from the kernel, and free memory at the top of the heap above twice that threshold is
+returned to it.  A loop that allocates and frees the same large temporaries every step, as torch does for a
+minibatch's rows, then pays a page fault per 4 kB each time the heap was trimmed: measured on the 5000 x
+20000 least-squares problem of ``benchmarks/overhead.py``, 370 faults per update, which took the update
+from 1.9 ms to 2.6-3.9 ms (docs/performance.md).  :func:`tune` fixes both thresholds once per process
+(blocks up to 32 MB come from the heap, and up to 256 MB of free heap is kept): the price is memory kept
+resident, never more than the process has used.  ``FULLCOMP_MALLOC=system`` leaves the allocator as it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value on 64-bit systems
+TRIM_THRESHOLD = 256 << 20
+
+_tuned: bool | None = None
+
+
+def tune() -> bool:
+    """Apply the settings once per process; whether they are in force (False off glibc or when opted out)."""
+    global _tuned
+    if _tuned is None:
+        _tuned = _apply()
+    return _tuned
+
+
+def glibc() -> bool:
+    """Whether this process runs on glibc (other C libraries have other allocators and parameters)."""
+    try:
+        return sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (ValueError, OSError):
+        return False
+
+
+def _apply() -> bool:
+    if os.environ.get("FULLCOMP_MALLOC", "").lower() == "system" or not glibc():
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
