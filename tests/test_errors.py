@@ -266,6 +266,16 @@ def test_glmo_options():
             glmo.solve(z, bad, y)
         with pytest.raises(OptionError, match="GLMO input z has NaN or Inf"):
             glmo.solve(np.array([0.0, np.inf, 0.0]), V, y)
+        with pytest.raises(OptionError, match="GLMO input y has NaN or Inf"):
+            glmo.solve(z, V, np.array([0.0, -np.inf, np.inf, 0.0]))  # the total is NaN, not Inf
+    # Entries whose total overflows are finite: the check must not refuse them.
+    huge = np.zeros((3, 4))
+    huge[0, :2] = 1e308
+    assert np.isfinite(fc.build_glmo(cp.sum(u), X).solve(z, huge, y).x).all()
+    huge[1, :2] = 1e308  # now the direction V^T 1 overflows
+    for ball in (X, fc.L2Ball(4)):
+        with pytest.raises(DomainError, match="non-finite entries"):
+            fc.build_glmo(cp.sum(u), ball).solve(z, huge, y)
 
 
 @pytest.mark.parametrize("route", ["conic", "colgen"])

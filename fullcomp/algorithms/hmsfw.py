@@ -268,7 +268,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
             x, atoms = tensor(res.x), blend_atoms(state["atoms"], res, gamma)  # x at the reads, then at track
-        y_next = y + gamma * (x - y)
+        y_next = torch.sub(x, y).mul_(gamma).add_(y)  # y + gamma (x - y): one fresh array instead of three
         value, V, revision = track_jacobian(state, y_next, beta, k + 1)
         if value_tracker == "taylor":
             z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, None if reads is None else reads.total)

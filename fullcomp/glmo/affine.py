@@ -44,15 +44,18 @@ class AffineGLMO:
             self._all = self._all or Entries.all(self.domain.shape)
             entries = self._all
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
-        direction = self.a @ Vm  # a vector-matrix product: Vm.T @ a took 75 us at 1 x 20,000, this 5
+        direction = np.dot(self.a, Vm)  # at 1 x 20,000: 10 us, against 46 for a @ Vm and 110 for Vm.T @ a
         if dense:  # the whole point: the set's own LMO, without scattering into a dense direction
-            atom = DenseAtom(self.domain.lmo(direction.reshape(self.domain.shape)))
+            # V and a are finite, so the direction is unless V a overflowed: the value below tells.
+            atom = DenseAtom(self.domain.lmo_unchecked(direction.reshape(self.domain.shape)))
             x = atom.point.reshape(-1)
         else:
             atom = self.domain.lmo_atom(direction, entries, hint=self.hint)
             x = atom.at(entries)
         self.hint = atom
         value = float(self.a @ (c + entries.total(Vm @ x)) + self.b)
+        if dense and not np.isfinite(value):
+            self.domain.lmo(direction.reshape(self.domain.shape))  # names a non-finite direction
         if track is not None and not dense:
             x = np.concatenate([x, atom.at(track)])
         return GLMOResult(
