@@ -74,6 +74,32 @@ def test_dmax_gradients_by_backward_equal_torch_func():
     assert torch.allclose(s.phi_y, expected[1], rtol=1e-13, atol=1e-15)
 
 
+def test_one_leaf_difference_gradient_matches_torch_func():
+    from torch.func import grad
+
+    from fullcomp.oracles.dmax import DMaxOracle
+    from fullcomp.run import RunOptions
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)).double()
+    X = torch.randn(10, 3, dtype=torch.float64)
+
+    def phi(net, batch):  # reads the model twice
+        out = net(batch).squeeze(-1)
+        return (out**2).mean() + net(batch[:3]).mean()
+
+    def psi(net, batch):
+        return torch.nn.functional.softplus(net(batch)).mean()
+
+    problem = fc.DMaxProblem(phi, psi=psi, x0=model, full_batch=X)
+    oracle = DMaxOracle(problem, RunOptions.resolve(problem, "test", {"iters": 1}), "test")
+    x = oracle.start()["x"]
+    value, other, g = oracle.difference(0, X, x)
+    expected = grad(lambda v: phi(problem.x.view(v), X) - psi(problem.x.view(v), X))(x)
+    assert torch.allclose(g, expected, rtol=1e-13, atol=1e-15)
+    assert float(value) == float(phi(model, X)) and float(other) == float(psi(model, X))
+
+
 def test_the_oracles_finite_check_sees_nan_and_inf_and_survives_an_overflowing_sum():
     from fullcomp.oracles.jacobian import all_finite
 

@@ -143,9 +143,9 @@ def sgd_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
         x, lr = state["x"], eta * rate(decay, k)
-        s = dc.oracle.gradients(k, dc.draw(), phi_at=x, psi_at=x)
-        x_next = x - lr * (s.phi_x - s.psi_x)
-        return {"x": x_next}, dc.row(k, s.phi, s.psi, x_next, lr=lr)
+        phi, psi, grad = dc.oracle.difference(k, dc.draw(), x)
+        x_next = x - lr * grad
+        return {"x": x_next}, dc.row(k, phi, psi, x_next, lr=lr)
 
     return dc.plan(step, {"x": dc.x0}, "x", {"eta": eta}, decay)
 
