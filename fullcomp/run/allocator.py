@@ -4,8 +4,8 @@ With glibc's defaults, a block above a moving threshold (128 kB at start, then t
 far) is mapped fresh from the kernel, and free memory at the top of the heap above twice that threshold is
 returned to it.  A loop that allocates and frees the same large temporaries every step, as torch does for a
 minibatch's rows, then pays a page fault per 4 kB each time the heap was trimmed: measured on the 5000 x
-20000 least-squares problem of ``benchmarks/overhead.py``, 370 faults per update, which took the update
-from 1.9 ms to 2.6-3.9 ms (docs/performance.md).  :func:`tune` fixes both thresholds once per process
+20000 least-squares problem of ``benchmarks/overhead.py``, up to 640 faults per update and 3.4-4.5 ms per
+update, against 2.1-2.3 ms with these settings (docs/performance.md).  :func:`tune` fixes both thresholds once per process
 (blocks up to 32 MB come from the heap, and up to 256 MB of free heap is kept): the price is memory kept
 resident, never more than the process has used.  ``FULLCOMP_MALLOC=system`` leaves the allocator as it is.
 """
