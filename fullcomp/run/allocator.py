@@ -5,9 +5,10 @@ far) is mapped fresh from the kernel, and free memory at the top of the heap abo
 returned to it.  A loop that allocates and frees the same large temporaries every step, as torch does for a
 minibatch's rows, then pays a page fault per 4 kB each time the heap was trimmed: measured on the 5000 x
 20000 least-squares problem of ``benchmarks/overhead.py``, up to 640 faults per update and 3.4-4.5 ms per
-update, against 2.1-2.3 ms with these settings (docs/performance.md).  :func:`tune` fixes both thresholds once per process
-(blocks up to 32 MB come from the heap, and up to 256 MB of free heap is kept): the price is memory kept
-resident, never more than the process has used.  ``FULLCOMP_MALLOC=system`` leaves the allocator as it is.
+update, against 2.1-2.3 ms with these settings (docs/performance.md).  :func:`tune` fixes both thresholds
+once per process (blocks up to 32 MB come from the heap, and up to 256 MB of free heap is kept): the price
+is memory kept resident, never more than the process has used.  ``FULLCOMP_MALLOC=system`` leaves the
+allocator as it is.
 """
 
 from __future__ import annotations
