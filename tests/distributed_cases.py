@@ -6,6 +6,7 @@ the test process itself.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -95,22 +96,25 @@ def completion(rank: int | None) -> fc.CompositeProblem:
 SHARDED_DATA = fc.datasets.synthetic_ratings(shape=(30, 20), n_ratings=400, seed=6)
 
 
-def lanczos_case(rank: int) -> dict:
-    """Rank ``rank``'s row block of a random sparse 120 x 50 direction, priced by the nuclear LMO."""
+def lanczos_case(rank: int, blocks: str) -> dict:
+    """Rank ``rank``'s block of rows (or of columns) of a random sparse 120 x 50 direction, priced by the
+    nuclear LMO."""
     gen = torch.Generator().manual_seed(7)
     flat = torch.randperm(120 * 50, generator=gen)[:1500].sort().values.numpy()
     values = torch.randn(flat.size, generator=gen, dtype=torch.float64).numpy()
-    mine = (flat // 50 >= 60) == bool(rank)  # rows 0-59 on rank 0, 60-119 on rank 1
+    # rows 0-59 (or columns 0-24) on rank 0, the others on rank 1
+    mine = (flat // 50 >= 60) == bool(rank) if blocks == "rows" else (flat % 50 >= 25) == bool(rank)
     entries = fc.sets.atoms.Entries(flat[mine], (120, 50), sharded=True)
+    side = entries.check_blocks()
     atom, lower = fc.NuclearBall((120, 50), 2.0).lmo_bounded(values[mine], entries)
     found = {"u": atom.u, "v": atom.v, "flat": flat, "values": values}
-    return {"lower": lower, **{k: v.tolist() for k, v in found.items()}}
+    return {"lower": lower, "side": side, **{k: v.tolist() for k, v in found.items()}}
 
 
 def subspace_case(rank: int | None) -> dict:
-    """Heuristic pricing on rank ``rank``'s row block of random 120 x 50 and 50 x 120 patterns (None: on all
-    of it; the basis lies on the rows, then on the columns): a basis of five atoms, a tracker revision by a
-    sampled Jacobian on some entries of each block, then one price."""
+    """Heuristic pricing on rank ``rank``'s row block, then column block, of random 120 x 50 and 50 x 120
+    patterns (None: on all of it; the basis lies on the rows, then on the columns): a basis of five atoms, a
+    tracker revision by a sampled Jacobian on some entries of each block, then one price."""
     from fullcomp.oracles import BatchJacobian
     from fullcomp.sets.atoms import Entries, RankOneAtom
     from fullcomp.sets.lanczos import SparsePattern
@@ -118,14 +122,15 @@ def subspace_case(rank: int | None) -> dict:
     from fullcomp.trackers import Revision
 
     found = {}
-    for P, Q in ((120, 50), (50, 120)):
+    for (P, Q), blocks in itertools.product(((120, 50), (50, 120)), ("rows", "cols")):
         gen = torch.Generator().manual_seed(8)
         flat = torch.randperm(P * Q, generator=gen)[:1500].sort().values.numpy()
         V = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
         sampled = torch.randn(3, flat.size, generator=gen, dtype=torch.float64).numpy()
         draw = [torch.randn(m, generator=gen, dtype=torch.float64).numpy() for m in (P, Q) * 5]
         atoms = [RankOneAtom(u, v) for u, v in zip(draw[::2], draw[1::2])]
-        mine = np.ones(flat.size, bool) if rank is None else (flat // Q >= P // 2) == bool(rank)  # row halves
+        half = flat // Q >= P // 2 if blocks == "rows" else flat % Q >= Q // 2
+        mine = np.ones(flat.size, bool) if rank is None else half == bool(rank)
         entries = Entries(flat[mine], (P, Q), sharded=rank is not None)
         ritz = RitzSubspace(2.0, entries, SparsePattern(entries.rows, entries.cols, (P, Q)))
         ritz.follow(V[:, mine], Revision(0))
@@ -136,18 +141,27 @@ def subspace_case(rank: int | None) -> dict:
         V_next = 0.75 * V[:, mine] + 0.25 * J.dense().numpy()
         ritz.follow(V_next, Revision(1, since=0, keep=0.75, weight=0.25, jacobian=J))
         atom, value, images = ritz.price(np.array([0.2, 0.5, 0.3]))
-        found[f"{P}x{Q}"] = {"u": atom.u.tolist(), "v": atom.v.tolist(), "value": value, "images": images.tolist()}
+        found[f"{P}x{Q} {blocks}"] = {
+            "u": atom.u.tolist(),
+            "v": atom.v.tolist(),
+            "value": value,
+            "images": images.tolist(),
+        }
     return found
 
 
-def sharded(rank: int | None) -> fc.CompositeProblem:
-    """Rank ``rank``'s row block of a small completion problem; None: one process holding both blocks, its
-    inner map the mean of the two ranks' and its sampler the union of their draws."""
+#: A wide problem (P < Q), whose ranks hold blocks of columns.
+WIDE_DATA = fc.datasets.synthetic_ratings(shape=(20, 30), n_ratings=400, seed=6)
+
+
+def sharded(rank: int | None, data=SHARDED_DATA, blocks: str = "rows") -> fc.CompositeProblem:
+    """Rank ``rank``'s row (or column) block of a small completion problem; None: one process holding both
+    blocks, its inner map the mean of the two ranks' and its sampler the union of their draws."""
     from fullcomp.experiments import sharded_completion_problem
 
     if rank is not None:
-        return sharded_completion_problem(SHARDED_DATA, batch=8, rank=rank, size=WORLD)
-    parts = [sharded_completion_problem(SHARDED_DATA, batch=8, rank=r, size=WORLD) for r in range(WORLD)]
+        return sharded_completion_problem(data, batch=8, rank=rank, size=WORLD, blocks=blocks)
+    parts = [sharded_completion_problem(data, batch=8, rank=r, size=WORLD, blocks=blocks) for r in range(WORLD)]
     cut = len(parts[0].reads)
     streams: dict = {}
 
@@ -160,8 +174,12 @@ def sharded(rank: int | None) -> fc.CompositeProblem:
         return (parts[0].inner(values[:cut], batches[0]) + parts[1].inner(values[cut:], batches[1])) / WORLD
 
     reads = torch.cat([torch.from_numpy(p.reads.flat) for p in parts]).numpy()
-    outer = cp.max(fc.inner_value(SHARDED_DATA.n_groups))
+    outer = cp.max(fc.inner_value(data.n_groups))
     return fc.CompositeProblem(outer, inner, parts[0].domain, sampler=union, reads=reads, sharded=True)
+
+
+def sharded_columns(rank: int | None) -> fc.CompositeProblem:
+    return sharded(rank, WIDE_DATA, "cols")
 
 
 RUNS = {  # name: (problem builder, method, options)
@@ -170,6 +188,7 @@ RUNS = {  # name: (problem builder, method, options)
     "psg": (composite, "psg", {"eta": 0.1}),
     "smag": (dmax, "smag", {"gamma": 0.5, "eta0": 0.2, "eta1": 0.1}),
     "hmsfw-sharded": (sharded, "hmsfw", {"max_pricing": 4}),
+    "hmsfw-sharded-cols": (sharded_columns, "hmsfw", {"max_pricing": 4}),
     "clipped-scfw-sharded": (sharded, "clipped-scfw", {"max_pricing": 4, "clip": 0.05}),
 }
 
@@ -274,7 +293,7 @@ def worker(case: str, out: str, extra: str) -> None:
         except fc.errors.OptionError as exc:
             found = {"error": str(exc)}
     elif case == "lanczos":
-        found = lanczos_case(here.rank)
+        found = {blocks: lanczos_case(here.rank, blocks) for blocks in ("rows", "cols")}
     elif case == "subspace":
         found = subspace_case(here.rank)
     elif case == "subspace-run":

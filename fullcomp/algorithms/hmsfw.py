@@ -124,7 +124,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         inner = problem.inner if problem.touches is None else problem.inner_on_touched
         oracle = InnerOracle(inner, outer.n, (len(reads),), device, dtype, columns=columns, touches=problem.touches)
         if problem.sharded:
-            reads.check_row_blocks()
+            reads.check_blocks()
         y0 = problem.x0_at(kept)
     n_read = len(reads) if reads is not None else domain.size
     start_atom = None if reads is None else problem.start_atom()

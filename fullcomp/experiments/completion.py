@@ -149,17 +149,25 @@ def completion_problem(
 
 
 def row_blocks(rows: np.ndarray, n_rows: int, size: int) -> np.ndarray:
-    """``size + 1`` row bounds cutting ``range(n_rows)`` into contiguous blocks of about equal entry counts."""
+    """``size + 1`` row bounds cutting ``range(n_rows)`` into contiguous blocks of about equal entry counts
+    (column bounds when given the entries' columns)."""
     cumulative = np.cumsum(np.bincount(rows, minlength=n_rows))
     cuts = np.searchsorted(cumulative, np.arange(1, size) * cumulative[-1] / size, side="right")
     return np.concatenate([[0], cuts, [n_rows]])
 
 
 def sharded_completion_problem(
-    data: RatingData, objective: str = "max", radius_scale: float = 1.0, batch: int = 1024, rank: int = 0, size: int = 1
+    data: RatingData,
+    objective: str = "max",
+    radius_scale: float = 1.0,
+    batch: int = 1024,
+    rank: int = 0,
+    size: int = 1,
+    blocks: str = "rows",
 ) -> CompositeProblem:
-    """Rank ``rank``'s part of the completion problem on ``size`` ranks: a block of rows (about 1/size of the
-    training ratings) declared with ``sharded=True``.
+    """Rank ``rank``'s part of the completion problem on ``size`` ranks: a block of rows, or of columns with
+    ``blocks="cols"`` (about 1/size of the training ratings), declared with ``sharded=True``.  Row blocks
+    suit P >= Q (the split Lanczos then all-reduces Q-vectors), column blocks P < Q.
 
     The rank draws ``batch // size`` ratings per group from its own block, and weights its group means by
     size N_gr / N_g (N_gr: group g's ratings in the block), so the mean over the ranks estimates each group's
@@ -172,9 +180,12 @@ def sharded_completion_problem(
         raise OptionError(f"rank must be an int in 0..size-1 and size a positive int, got rank={rank}, size={size}")
     if batch < size:
         raise OptionError(f"batch ({batch} ratings per group) must be at least the number of ranks ({size})")
+    if blocks not in ("rows", "cols"):
+        raise OptionError(f"blocks must be 'rows' or 'cols', got {blocks!r}")
     train, (p, q) = data.train, data.shape
-    bounds = row_blocks(train.rows, p, size)
-    mine = np.flatnonzero((train.rows >= bounds[rank]) & (train.rows < bounds[rank + 1]))
+    index, extent = (train.rows, p) if blocks == "rows" else (train.cols, q)
+    bounds = row_blocks(index, extent, size)
+    mine = np.flatnonzero((index >= bounds[rank]) & (index < bounds[rank + 1]))
     flat = train.rows[mine] * np.int64(q) + train.cols[mine]
     order = np.argsort(flat, kind="stable")  # row-major reads: the sparse direction needs no permutation
     mine, flat = mine[order], flat[order]

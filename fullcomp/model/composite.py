@@ -186,12 +186,12 @@ class CompositeProblem:
         GLMO update on those columns.  Only with ``reads``.
     sharded : bool, default False
         In a distributed job, ``reads`` are this rank's own entries: whole
-        rows of a matrix, disjoint from the other ranks', and the sampler
-        draws batches that read only them; ``inner`` returns this rank's share
-        of f, so that the mean over the ranks is f.  Trackers, directions and
-        the iterate then stay on the rank's entries; only n-vectors, the
-        column-generation master's images and Lanczos Q-vectors cross ranks
-        (see docs/distributed.md).  Needs ``reads`` and a ``fc.NuclearBall``
+        rows of a matrix (or whole columns), disjoint from the other ranks',
+        and the sampler draws batches that read only them; ``inner`` returns
+        this rank's share of f, so that the mean over the ranks is f.
+        Trackers, directions and the iterate then stay on the rank's entries;
+        only n-vectors, the column-generation master's images and Lanczos Q-
+        (or P-) vectors cross ranks (see docs/distributed.md).  Needs ``reads`` and a ``fc.NuclearBall``
         domain.
     dtype : torch floating dtype, optional
         The dtype of the problem's data, and so of the point the inner map

@@ -22,8 +22,10 @@ from fullcomp.errors import OptionError
 class Entries:
     """Flat (row-major) indices into a point of ``shape``, with row/column splits cached for matrices.
 
-    ``sharded``: in a distributed job these are this rank's part of the entries, whole rows, disjoint
-    from the other ranks' parts; a sum over entries is then summed over the ranks (:meth:`total`).
+    ``sharded``: in a distributed job these are this rank's part of the entries, disjoint from the other
+    ranks' parts; a sum over entries is then summed over the ranks (:meth:`total`).  ``blocks`` says how
+    the parts split the matrix, "rows" or "cols" (whole rows, or whole columns, per rank), which decides the
+    side the split Lanczos runs on; :meth:`check_blocks` finds it.
     """
 
     flat: np.ndarray
@@ -31,6 +33,7 @@ class Entries:
     rows: np.ndarray | None = field(default=None, repr=False)
     cols: np.ndarray | None = field(default=None, repr=False)
     sharded: bool = False
+    blocks: str = "rows"
     _scratch: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -49,16 +52,25 @@ class Entries:
         """A sum over these entries (numpy array or tensor) completed over the ranks when they are sharded."""
         return distributed.total(partial) if self.sharded else partial
 
-    def check_row_blocks(self) -> None:
-        """Refuse sharded entries unless the ranks hold disjoint blocks of rows (what the split Lanczos relies
-        on); a collective, so every rank calls it."""
-        blocks = distributed.gather((int(self.rows.min()), int(self.rows.max())))
-        ordered = sorted(blocks)
-        if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+    def check_blocks(self) -> str:
+        """Set and return :attr:`blocks`: "rows" when the ranks hold disjoint ranges of rows, "cols" when they
+        hold disjoint ranges of columns (both: the side whose all-reduced vector is shorter), else refuse.  A
+        collective, so every rank calls it."""
+        spans = distributed.gather(tuple(int(f(a)) for a in (self.rows, self.cols) for f in (np.min, np.max)))
+        disjoint = {}
+        for side, at in (("rows", 0), ("cols", 2)):
+            ordered = sorted(span[at : at + 2] for span in spans)
+            disjoint[side] = all(a[1] < b[0] for a, b in zip(ordered, ordered[1:]))
+        if not any(disjoint.values()):
             raise OptionError(
-                f"sharded reads must be disjoint blocks of rows, one per rank; the ranks hold rows {blocks} "
-                "(first, last): give each rank a contiguous range of rows and their entries"
+                "sharded reads must be disjoint blocks of rows, or of columns, one per rank; the ranks hold rows "
+                f"{[s[:2] for s in spans]} and columns {[s[2:] for s in spans]} (first, last): give each rank a "
+                "contiguous range of rows (or of columns) and their entries"
             )
+        P, Q = self.shape
+        # Row blocks all-reduce Q-vectors in the split Lanczos, column blocks P-vectors.
+        self.blocks = "rows" if disjoint["rows"] and (Q <= P or not disjoint["cols"]) else "cols"
+        return self.blocks
 
     def scratch(self) -> np.ndarray:
         """A float64 work array of len(self), allocated once."""
