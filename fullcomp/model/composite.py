@@ -191,8 +191,8 @@ class CompositeProblem:
         this rank's share of f, so that the mean over the ranks is f.
         Trackers, directions and the iterate then stay on the rank's entries;
         only n-vectors, the column-generation master's images and Lanczos Q-
-        (or P-) vectors cross ranks (see docs/distributed.md).  Needs ``reads`` and a ``fc.NuclearBall``
-        domain.
+        (or P-) vectors cross ranks (see docs/distributed.md).  Needs
+        ``reads`` and a ``fc.NuclearBall`` domain.
     dtype : torch floating dtype, optional
         The dtype of the problem's data, and so of the point the inner map
         receives.  Default: inferred from the floating tensors in ``x0`` (when

@@ -13,9 +13,10 @@ it certifies nothing; it spares a Lanczos run whenever it improves the master
 The basis sits on the longer side so that B (n x s x k, s = min(P, Q)) stays
 small.  B follows V across calls through the tracker's revisions
 (V = keep V_since + weight J, J on a few columns), as the pool's images do.
-On sharded entries (a rank's rows or columns) the basis and B are the same on every
-rank: a new vector's products are summed over the ranks (n x s numbers), and
-the ranks' sampled Jacobians are gathered so that each applies all of them.
+On sharded entries (a rank's rows or columns) the basis and B are the same
+on every rank: a new vector's products are summed over the ranks (n x s
+numbers), and the ranks' sampled Jacobians are gathered so that each applies
+all of them.
 """
 
 from __future__ import annotations
