@@ -516,3 +516,14 @@ def test_ritz_subspace_replaces_its_oldest_vector_when_full(monkeypatch):
     q = rng.random(3)
     atom, _, images = ritz.price(q)
     np.testing.assert_allclose(images, V @ atom.at(entries), rtol=0, atol=1e-12)
+
+
+def test_sharded_entries_find_their_blocks_and_refuse_an_empty_shard():
+    from fullcomp.errors import OptionError
+    from fullcomp.sets.atoms import Entries
+
+    # One process holds one block: both splits hold, and the side with the shorter all-reduced vector wins.
+    assert Entries(np.arange(12), (3, 4), sharded=True).check_blocks() == "cols"  # P-vectors (3) beat Q (4)
+    assert Entries(np.arange(12), (4, 3), sharded=True).check_blocks() == "rows"
+    with pytest.raises(OptionError, match="rank 0 holds no entries"):
+        Entries(np.zeros(0, dtype=np.int64), (4, 3), sharded=True).check_blocks()

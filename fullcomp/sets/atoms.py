@@ -56,7 +56,12 @@ class Entries:
         """Set and return :attr:`blocks`: "rows" when the ranks hold disjoint ranges of rows, "cols" when they
         hold disjoint ranges of columns (both: the side whose all-reduced vector is shorter), else refuse.  A
         collective, so every rank calls it."""
-        spans = distributed.gather(tuple(int(f(a)) for a in (self.rows, self.cols) for f in (np.min, np.max)))
+        span = tuple(int(f(a)) for a in (self.rows, self.cols) for f in (np.min, np.max)) if len(self) else None
+        spans = distributed.gather(span)  # every rank learns of an empty one, so all of them raise
+        if None in spans:
+            raise OptionError(
+                f"sharded reads: rank {spans.index(None)} holds no entries; give every rank a block of them"
+            )
         disjoint = {}
         for side, at in (("rows", 0), ("cols", 2)):
             ordered = sorted(span[at : at + 2] for span in spans)
