@@ -101,18 +101,35 @@ def init(backend: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> World:
     return world()
 
 
+#: Seconds rank 0, which hosts the job's store, waits for the other ranks' teardowns before its own.
+LEAVE_TIMEOUT = 30.0
+
+
 def leave() -> None:
-    """Leave the job together: a barrier, then the process group's teardown.
+    """Leave the job together: a barrier, then the process group's teardown, rank 0's last.
 
     A rank that exits while a peer still holds its connection can abort gloo's teardown (SIGABRT, seen in
-    about 1 of 4 two-rank test jobs), which torchrun reports as a failed job although every result was
-    written.  Call it once at the end of a job's work; outside a job it does nothing.
+    about 1 of 4 two-rank test jobs; after a barrier was added, once more in CI, on rank 1), which torchrun
+    reports as a failed job although every result was written.  Rank
+    0 hosts the store the ranks rendezvous through, so it waits, up to :data:`LEAVE_TIMEOUT`, until every
+    other rank has torn down.  Call it once at the end of a job's work; outside a job it does nothing.
     """
+    import time
+
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        _collective(dist.barrier)
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    _collective(dist.barrier)
+    here, store = world(), dist.distributed_c10d._get_default_store()
+    if here.rank != 0:
         dist.destroy_process_group()
+        store.add("fullcomp/left", 1)
+        return
+    deadline = time.monotonic() + LEAVE_TIMEOUT
+    while store.add("fullcomp/left", 0) < here.size - 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    dist.destroy_process_group()
 
 
 def _collective(call: Any, *args: Any, **kwargs: Any) -> None:
