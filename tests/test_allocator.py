@@ -56,8 +56,13 @@ def test_opt_out_leaves_the_allocator():
     assert not tuned and many >= 4 * (24 << 20) // 4096
 
 
-def test_tune_is_idempotent():
-    assert allocator.tune() == allocator.tune()
+def test_tune_reports_whether_the_settings_are_in_force(monkeypatch):
+    monkeypatch.setattr(allocator, "_tuned", None)
+    monkeypatch.setenv("FULLCOMP_MALLOC", "system")
+    assert allocator.tune() is False
+    monkeypatch.setattr(allocator, "_tuned", None)
+    monkeypatch.delenv("FULLCOMP_MALLOC")
+    assert allocator.tune() is GLIBC
 
 
 def test_a_run_tunes_the_allocator(monkeypatch):

@@ -68,12 +68,11 @@ def affine_model(
             f"got z {z.shape}, V {V.shape}, y {y.shape}"
         )
     V = V.reshape(n, d)
-    # The inputs' total is finite exactly when every entry is (or it overflowed: then the elementwise checks
-    # decide), and it allocates no mask of V's size: 16 against 47 us at 1 x 20,000.
-    if not np.isfinite(z.sum() + y.sum() + V.sum()):
-        name = next((k for k, a in (("z", z), ("V", V), ("y", y)) if not np.isfinite(a).all()), None)
-        if name is not None:
-            raise OptionError(f"GLMO input {name} has NaN or Inf entries")
+    # V's sum is finite exactly when every entry is (or it overflowed: then the elementwise check decides),
+    # and it allocates no mask of V's size.
+    if not (np.isfinite(z).all() and np.isfinite(y).all() and (np.isfinite(V.sum()) or np.isfinite(V).all())):
+        name = next(k for k, a in (("z", z), ("V", V), ("y", y)) if not np.isfinite(a).all())
+        raise OptionError(f"GLMO input {name} has NaN or Inf entries")
     return z - (V @ y if total is None else total(V @ y)), V
 
 

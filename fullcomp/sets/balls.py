@@ -234,20 +234,17 @@ class NuclearBall(Set):
                 matrix, transpose = pattern.fill(direction)
         r = self.radius
         stop = None if enough is None else (lambda sigma, upper: enough(-r * sigma, -r * upper))
-        if entries.sharded and entries.blocks == "cols":
-            # This rank holds a block of the direction's columns: Lanczos on the row side, each product local
-            # and completed by one all-reduce of a P-vector.
-            start = hint.u if isinstance(hint, RankOneAtom) else None
-            u, sigma, v, upper = lanczos.top_singular_pair(
-                matrix, transpose, start, LANCZOS_TOL, stop=stop, total=entries.total
+        if entries.sharded:
+            # This rank holds a block of the direction's rows (columns): Lanczos on the column (row) side, where
+            # each product is local and one all-reduce of a Q- (P-) vector completes it (DFW-Trace's distributed
+            # power method).
+            by_rows = entries.blocks == "rows"
+            side, other = (transpose, matrix) if by_rows else (matrix, transpose)
+            start = (hint.v if by_rows else hint.u) if isinstance(hint, RankOneAtom) else None
+            a, sigma, b, upper = lanczos.top_singular_pair(
+                side, other, start, LANCZOS_TOL, stop=stop, total=entries.total
             )
-        elif entries.sharded:
-            # This rank holds a block of the direction's rows: Lanczos on the column side, where each product
-            # is local and one all-reduce of a Q-vector completes it (DFW-Trace's distributed power method).
-            start = hint.v if isinstance(hint, RankOneAtom) else None
-            v, sigma, u, upper = lanczos.top_singular_pair(
-                transpose, matrix, start, LANCZOS_TOL, stop=stop, total=entries.total
-            )
+            u, v = (b, a) if by_rows else (a, b)
         else:
             start = None
             if isinstance(hint, RankOneAtom):
