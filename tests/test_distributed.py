@@ -67,12 +67,12 @@ def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150) -> tup
 GAP_TOL = 1e-5
 
 
-def close(a: list[dict], b: list[dict], tol: float, name: str) -> None:
+def close(a: list[dict], b: list[dict], tol: float, name: str, gaps: tuple[str, ...] = ("glmo_gap",)) -> None:
     assert len(a) == len(b), name
     for ra, rb in zip(a, b):
         assert ra.keys() == rb.keys(), name
         for key in ra:
-            near = max(tol, GAP_TOL) if key == "glmo_gap" else tol
+            near = max(tol, GAP_TOL) if key in gaps else tol
             assert ra[key] == pytest.approx(rb[key], rel=near, abs=near), (name, key, ra["k"])
 
 
@@ -151,7 +151,10 @@ def test_a_sharded_run_with_heuristic_pricing_certifies_every_glmo(tmp_path):
     found, codes = job("subspace-run", tmp_path)
     assert codes == [0, 0] and found["heuristic"] > 0
     assert all(row["glmo_converged"] == 1 for row in found["rows"])
-    close(found["rows"][:1], subspace_run(None)["rows"][:1], 1e-8, "subspace-run")
+    # The first GLMO's answer is certified to its glmo_gap (about 3e-3) only, and so is the gap estimate
+    # built from it: the ranks' column blocks of V (fullcomp.glmo.blocks) sum its images in another order than
+    # one process's, their masters' duals differ in the last bits, and the estimates by 3e-6 (measured).
+    close(found["rows"][:1], subspace_run(None)["rows"][:1], 1e-8, "subspace-run", ("glmo_gap", "gap_estimate"))
 
 
 def test_ranks_sharing_rows_are_refused_before_the_run(tmp_path):

@@ -68,9 +68,10 @@ def masked_markdown(text: str) -> str:
     return "\n".join(out)
 
 
-def check_tables(out: Path, names: list[str], tag: str) -> None:
+def check_tables(out: Path, names: list[str], tag: str, rel_tol: float = 1e-9) -> None:
     """Compare (or, when regenerating, write) the masked tables of ``out`` with ``REFERENCE/<tag>-<name>``
-    (or ``REFERENCE/<name>`` when the name already starts with the tag)."""
+    (or ``REFERENCE/<name>`` when the name already starts with the tag); numbers of a CSV that is not
+    byte-identical must agree to ``rel_tol``."""
     for name in names:
         text = (out / name).read_text()
         masked = masked_csv(text) if name.endswith(".csv") else masked_markdown(text)
@@ -83,12 +84,12 @@ def check_tables(out: Path, names: list[str], tag: str) -> None:
         expected = reference.read_text()
         if masked != expected and name.endswith(".csv"):
             # Byte-identical where the references were made; on another BLAS the last digits of a float may move.
-            same_numbers(masked, expected, f"{name} of {tag}")
+            same_numbers(masked, expected, f"{name} of {tag}", rel_tol)
             continue
         assert masked == expected, f"{name} of {tag} differs from {reference}"
 
 
-def same_numbers(text: str, expected: str, what: str) -> None:
+def same_numbers(text: str, expected: str, what: str, rel_tol: float = 1e-9) -> None:
     import csv
     import io
     import math
@@ -102,7 +103,7 @@ def same_numbers(text: str, expected: str, what: str) -> None:
             except ValueError:
                 assert a == b, (what, a, b)
                 continue
-            assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(x) and math.isnan(y)), (what, a, b)
+            assert math.isclose(x, y, rel_tol=rel_tol, abs_tol=1e-12) or (math.isnan(x) and math.isnan(y)), (what, a, b)
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +133,10 @@ def test_pu_tables_unchanged(tmp_path: Path) -> None:
     pu.gamma_ablation(None, None, [0.5, 1.0], [0], out, **common)
     written = pu.tables(out)
     assert (written.csv.name, written.markdown.name) == ("pu-tables.csv", "pu-tables.md")
-    check_tables(out, ["pu-tables.csv", "pu-tables.md"], "pu")
+    # The PU runs are float32: on another CPU torch's vector kernels round differently, and two epochs of SGD
+    # carry that to 1e-5 (9.6e-6 measured on 2026-12-01, on a Xeon with another instruction set than the one
+    # the references were made on).
+    check_tables(out, ["pu-tables.csv", "pu-tables.md"], "pu", rel_tol=1e-4)
 
 
 def test_pauc_tables_unchanged(tmp_path: Path, capsys) -> None:

@@ -441,11 +441,12 @@ def test_the_split_lanczos_multiplies_on_a_torch_device_too(monkeypatch):
     np.testing.assert_allclose(on_device.dense(), host.dense(), atol=1e-7)
 
 
+@pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("shape", [(30, 50), (50, 30)])
-def test_ritz_subspace_atoms_are_the_best_in_the_basis_and_their_images_exact(shape, monkeypatch):
+def test_ritz_subspace_atoms_are_the_best_in_the_basis_and_their_images_exact(shape, grouped, monkeypatch):
     """Heuristic pricing (fullcomp.sets.subspace) against a dense Rayleigh-Ritz of q^T V on the same basis,
     and its images against V times the atom's values, before and after a tracker revision and a state
-    round trip."""
+    round trip; on entries in row-major order, and group by group (the pattern's rows relabelled)."""
     from fullcomp.oracles import BatchJacobian
     from fullcomp.sets.atoms import Entries
     from fullcomp.sets.subspace import RitzSubspace
@@ -455,9 +456,13 @@ def test_ritz_subspace_atoms_are_the_best_in_the_basis_and_their_images_exact(sh
     monkeypatch.setattr(fc.sets.balls, "SUBSPACE_ENTRIES", 0)
     rng = np.random.default_rng(1)
     X, n, m = fc.NuclearBall(shape, 2.0), 4, 400
-    entries = Entries(np.sort(rng.choice(X.size, m, replace=False)), shape)
+    flat = np.sort(rng.choice(X.size, m, replace=False))
+    if grouped:
+        flat = flat[np.lexsort((flat, rng.integers(0, 3, shape[0])[flat // shape[1]]))]
+    entries = Entries(flat, shape)
     V = rng.standard_normal((n, m))
     ritz = X.subspace(entries)
+    assert (ritz.pattern.row_order is not None) == grouped
     assert X.subspace(entries, torch.device("cuda")) is None  # on a GPU run the LMO multiplies there instead
     ritz.follow(V, Revision(0))
     for _ in range(6):

@@ -52,10 +52,10 @@ class Completion:
     problem: CompositeProblem
     objective: str
     radius: float
-    unsort: np.ndarray  # position of each training rating (data order) among the row-ordered reads
+    unsort: np.ndarray  # position of each training rating (data order) among the reads
 
     def split_values(self, entries: torch.Tensor) -> dict[str, np.ndarray]:
-        """Cut the kept-entry vector (train in row-major order, then val, then test) into the three
+        """Cut the kept-entry vector (train in the order the map reads it, then val, then test) into the three
         splits, each in the data's order."""
         sizes = [len(self.data.train), len(self.data.val), len(self.data.test)]
         values = entries.detach().cpu().numpy()
@@ -101,10 +101,12 @@ def completion_problem(
     if not (np.isfinite(radius_scale) and radius_scale > 0):
         raise OptionError(f"radius_scale must be a positive number, got {radius_scale}")
     train = data.train
-    # The map reads the training entries in row-major order, so the LMO's sparse direction fills its
-    # CSR matrix without a permutation; the sampler draws the data's group positions and maps them there.
+    # The map reads the training entries group by group, each group in row-major order.  Groups of users
+    # then give each row's entries together, so the LMO's sparse direction fills its CSR matrix (rows
+    # relabelled) without a permutation, and each group's Jacobian row lives on one range of the reads (the
+    # GLMO's products run on those ranges only).  The sampler draws the data's group positions and maps them.
     train_flat = data.flat_index("train")
-    order = np.argsort(train_flat, kind="stable")
+    order = np.lexsort((train_flat, train.groups))
     unsort = np.empty_like(order)
     unsort[order] = np.arange(order.size)
     ratings = torch.from_numpy(train.ratings[order])

@@ -11,6 +11,7 @@ import torch
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol, target_gap
+from fullcomp.glmo.blocks import ColumnBlocks
 from fullcomp.glmo.master import ConicMaster
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
@@ -83,6 +84,7 @@ class ColumnGenerationGLMO:
         self._spare = np.empty(0)  # a row of the value cache's width, for merges
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
         self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
+        self._blocks: tuple[int | None, ColumnBlocks | None] = (None, None)  # (tag, V's column blocks), this call's
         self.device = None if device is None else torch.device(device)  # where the LMO's products may run
         self._ritz: RitzSubspace | None = None  # the domain's heuristic pricer, when it has one
         self._ritz_state: dict | None = None  # a loaded pricer's state, until its entries are known
@@ -119,6 +121,7 @@ class ColumnGenerationGLMO:
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
         self.c.value = c
         self._cache_values(entries, track)
+        self._follow_blocks(Vm, entries, revision)
         images = self._pool_images(Vm, entries, revision)
         ritz = None if tol is None else self._subspace(entries)  # a fixed pricing budget stays an LMO budget
         if ritz is not None:
@@ -132,7 +135,7 @@ class ColumnGenerationGLMO:
                     raise OptionError("a GLMO on entries needs start= (the current point as an atom) on its first call")
                 start = DenseAtom(as_numpy(self.domain.project(as_numpy(y).reshape(self.domain.shape))))
             values = start.at(entries)
-            self._add(start, values, entries.total(Vm @ values), images, track=track)
+            self._add(start, values, entries.total(self._matmul(Vm, values)), images, track=track)
         # Every master dual q, a subgradient of F at u = c + V x_master, gives the minorant
         # F(w) >= <q, w> + F(u) - <q, u>, and pricing its direction bounds the optimum from below.  The best
         # sure bound certifies every later master, and the best bound's minorant is the centre towards which
@@ -213,11 +216,11 @@ class ColumnGenerationGLMO:
             return stop
 
         # Work arrays of len(entries) are reused across calls: fresh ones page-fault at 10^7 entries.
-        direction, values = np.dot(q, Vm, out=self._work[0]), self._work[1]
+        direction, values = self._rmatvec(q, Vm, self._work[0]), self._work[1]
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough, device=self.device)
         self.hint = atom
         values = atom.at(entries, out=values)
-        return atom, values, entries.total(Vm @ values), offset + lower, not any(stopped)
+        return atom, values, entries.total(self._matmul(Vm, values)), offset + lower, not any(stopped)
 
     def _pool_images(self, Vm: np.ndarray, entries: Entries, revision: Revision | None) -> np.ndarray:
         """V a_j for every pooled atom (zero on idle slots), an (n, slots) array.
@@ -237,8 +240,34 @@ class ColumnGenerationGLMO:
         else:
             self._materialize(np.flatnonzero(self.active))
             # One product over all slots (boolean-indexing the cache would copy it).
-            images = entries.total((self.values[:, : len(entries)] @ Vm.T).T)
+            images = entries.total(self._matmul(Vm, self.values[:, : len(entries)]))
         return np.where(self.active, images, 0.0)
+
+    def _follow_blocks(self, Vm: np.ndarray, entries: Entries, revision: Revision | None) -> None:
+        """Find V's column blocks, or carry them over a tracker step when ``revision`` relates V to the last
+        call's (checking the step's sampled columns only).  Only on entries: a dense V has no blocks."""
+        tag, blocks = self._blocks
+        if entries is self._all:
+            blocks = None
+        elif revision is None or tag is None or tag not in (revision.tag, revision.since):
+            blocks = ColumnBlocks.find(Vm)
+        elif tag == revision.since and blocks is not None and revision.jacobian is not None:
+            J = revision.jacobian
+            blocks = blocks.follow(J.columns.cpu().numpy(), as_numpy(J.values))
+            blocks = ColumnBlocks.find(Vm) if blocks is None else blocks
+        self._blocks = (None if revision is None else revision.tag, blocks)
+
+    def _rmatvec(self, q: np.ndarray, Vm: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """V^T q into ``out``."""
+        blocks = self._blocks[1]
+        return np.dot(q, Vm, out=out) if blocks is None else blocks.rmatvec(q, Vm, out)
+
+    def _matmul(self, Vm: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """V a for a vector, or (n, m) for m stacked rows."""
+        blocks = self._blocks[1]
+        if blocks is not None:
+            return blocks.matmul(Vm, a)
+        return Vm @ a if a.ndim == 1 else (a @ Vm.T).T
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""
@@ -340,6 +369,9 @@ class ColumnGenerationGLMO:
         # The carried images round differently from recomputed ones: a resume exact to the bit needs them.
         state["images"] = None if self._images is None else (self._images[0], self._images[1].copy())
         state["ritz"] = self._ritz.state_dict() if self._ritz is not None else self._ritz_state
+        # Carried blocks may be wider than found ones (a sampled value back to zero), and their sums differ.
+        tag, blocks = self._blocks
+        state["blocks"] = (tag, None if blocks is None else (blocks.rows, blocks.lo, blocks.hi))
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -349,3 +381,5 @@ class ColumnGenerationGLMO:
         images = state.get("images")
         self._images = None if images is None else (int(images[0]), np.array(images[1]))
         self._ritz, self._ritz_state = None, state.get("ritz")
+        tag, blocks = state.get("blocks", (None, None))
+        self._blocks = (tag, None if blocks is None else ColumnBlocks(*map(np.array, blocks)))

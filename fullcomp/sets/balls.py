@@ -149,6 +149,7 @@ class NuclearBall(Set):
         d_t=None,
         tol: float = LANCZOS_TOL,
         stop: Callable[[float, float], bool] | None = None,
+        draws: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> SingularPair:
         """(u, sigma, v, upper) with d v = sigma u for the largest singular value; d may be sparse.
 
@@ -156,7 +157,8 @@ class NuclearBall(Set):
         shorter side (u when P <= Q, else v); consecutive LMO directions are close, so it
         cuts iterations.  ``d_t``: d's transpose, when the caller has it.  ``tol``: the
         Lanczos residual tolerance relative to the singular value; ``stop(sigma, upper)``
-        may end the iteration earlier (:func:`fullcomp.sets.lanczos.top_singular_pair`).
+        may end the iteration earlier (:func:`fullcomp.sets.lanczos.top_singular_pair`); ``draws``: its
+        generic start vectors of the row and column sides.
         """
         p, q = d.shape
         if min(p, q) == 1:
@@ -174,8 +176,8 @@ class NuclearBall(Set):
         # its square: 1e-7 keeps the LMO value (and so the GLMO certificate) exact to ~1e-12 even when
         # the top two singular values are close; 1e-5 was measured to lose 1e-6 on such directions.
         if p <= q:
-            return lanczos.top_singular_pair(d, d_t, start, tol=tol, stop=stop)
-        v, sigma, u, upper = lanczos.top_singular_pair(d_t, d, start, tol=tol, stop=stop)
+            return lanczos.top_singular_pair(d, d_t, start, tol=tol, stop=stop, draws=draws)
+        v, sigma, u, upper = lanczos.top_singular_pair(d_t, d, start, tol=tol, stop=stop, draws=draws and draws[::-1])
         return SingularPair(u, sigma, v, upper)
 
     @numeric
@@ -201,7 +203,9 @@ class NuclearBall(Set):
 
     def _pattern_for(self, entries: Entries) -> SparsePattern:
         if self._pattern is None or self._pattern[0] is not entries:
-            self._pattern = (entries, SparsePattern(entries.rows, entries.cols, self.shape))
+            # Every rank's vectors of the split Lanczos are in the same coordinates: no relabelled rows.
+            pattern = SparsePattern(entries.rows, entries.cols, self.shape, relabel=not entries.sharded)
+            self._pattern = (entries, pattern)
         return self._pattern[1]
 
     def lmo_bounded(
@@ -218,6 +222,7 @@ class NuclearBall(Set):
         ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.  On a ``device`` of
         :data:`~fullcomp.sets.lanczos.PRODUCT_DEVICES` (a GPU) the sparse products run there, through torch.
         """
+        pattern = None
         if len(entries) == self.size and not entries.sharded:
             matrix = np.empty(self.size)
             matrix[entries.flat] = direction
@@ -248,8 +253,13 @@ class NuclearBall(Set):
         else:
             start = None
             if isinstance(hint, RankOneAtom):
-                start = hint.u if self.shape[0] <= self.shape[1] else hint.v
-            u, sigma, v, upper = self.top_singular_pair(matrix, start, transpose, LANCZOS_TOL, stop)
+                wide = self.shape[0] <= self.shape[1]  # Lanczos runs on the row side
+                start = (hint.u if pattern is None else pattern.to_rows(hint.u)) if wide else hint.v
+            draws = None
+            if pattern is not None and pattern.row_order is not None:
+                draws = (pattern.to_rows(lanczos.fixed_draw(self.shape[0])), lanczos.fixed_draw(self.shape[1]))
+            u, sigma, v, upper = self.top_singular_pair(matrix, start, transpose, LANCZOS_TOL, stop, draws)
+            u = u if pattern is None else pattern.from_rows(u)
         if sigma == 0:
             return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1])), -r * upper
         return RankOneAtom(-r * u, v), -r * upper

@@ -107,9 +107,13 @@ class RitzSubspace:
             return
         self.basis[slot] = w / norm
         column = np.empty((len(self.V), self.short))
+        # The pattern's matrix may have its rows relabelled (SparsePattern.to_rows).
+        vector = self.pattern.to_rows(self.basis[slot]) if self.rows_long else self.basis[slot]
         for g, row in enumerate(self.V):
             matrix, transpose = self.pattern.fill(row)
-            column[g] = transpose @ self.basis[slot] if self.rows_long else matrix @ self.basis[slot]
+            column[g] = transpose @ vector if self.rows_long else matrix @ vector
+        if not self.rows_long:
+            column = self.pattern.from_rows(column.T).T
         self.products[:, slot] = self.entries.total(column)
         if self.count < self.size:
             self.count += 1
