@@ -170,3 +170,31 @@ def test_the_completion_experiment_takes_the_blocked_path(monkeypatch):
     pattern = problem.domain._pattern[1]
     assert pattern.row_order is not None and pattern._perm is None
     assert len(found) == 4 and all(b is not None and len(b.rows) == data.n_groups for b in found)
+
+
+@pytest.mark.parametrize("shape", [(50, 30), (30, 50)])
+def test_the_heuristic_pricer_reads_each_block_of_v_alone_and_gets_the_same_products(shape, monkeypatch):
+    from fullcomp.sets.subspace import RitzSubspace
+    from fullcomp.trackers import Revision
+
+    monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
+    rng = np.random.default_rng(6)
+    flat = np.sort(rng.choice(shape[0] * shape[1], size=600, replace=False))
+    group = rng.integers(0, 3, shape[0])[flat // shape[1]]
+    order = np.lexsort((flat, group))
+    entries = Entries(flat[order], shape)
+    V = np.zeros((4, flat.size))  # row 3 reads nothing
+    V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size) * (rng.random(flat.size) > 0.2)
+    blocks = ColumnBlocks.find(V)
+    X = fc.NuclearBall(shape, 1.0)
+    pricers = []
+    for known in (None, blocks):
+        ritz = RitzSubspace(X.radius, entries, lanczos.SparsePattern(entries.rows, entries.cols, shape), 5)
+        ritz.follow(V, Revision(0), known)
+        for seed in range(4):
+            ritz.add(X.lmo_bounded(np.random.default_rng(seed).standard_normal(flat.size), entries)[0])
+        pricers.append(ritz)
+    assert pricers[1].blocks is blocks and pricers[0].count == pricers[1].count == 4
+    np.testing.assert_allclose(pricers[1].products, pricers[0].products, rtol=1e-14, atol=1e-14)
+    atom, _, images = pricers[1].price(rng.random(4))
+    np.testing.assert_allclose(images, V @ atom.at(entries), rtol=1e-12, atol=1e-12)

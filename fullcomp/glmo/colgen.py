@@ -125,7 +125,7 @@ class ColumnGenerationGLMO:
         images = self._pool_images(Vm, entries, revision)
         ritz = None if tol is None else self._subspace(entries)  # a fixed pricing budget stays an LMO budget
         if ritz is not None:
-            ritz.follow(Vm, revision)
+            ritz.follow(Vm, revision, self._blocks[1])
         calls = heuristic = 0
         if not self.active.any():
             # Seed an empty pool with the current point (it costs no pricing call, so max_calls holds

@@ -71,6 +71,14 @@ class SparsePattern:
         self.matrix.data = self.transpose.data = data
         return self.matrix, self.transpose
 
+    def part(self, values: np.ndarray, lo: int, hi: int) -> tuple[sp.csr_matrix, sp.csc_matrix]:
+        """The matrix holding ``values`` at the pattern's entries lo:hi and zero elsewhere, and its transpose,
+        for a pattern whose entries need no permutation (they are then its CSR slots lo:hi)."""
+        assert self._perm is None, "a part of the pattern needs its entries in CSR order"
+        csr = self.matrix
+        part = sp.csr_matrix((values, csr.indices[lo:hi], np.clip(csr.indptr, lo, hi) - lo), shape=csr.shape)
+        return part, part.T
+
     def to_rows(self, u: np.ndarray) -> np.ndarray:
         """A row-side vector of d as one of the matrix."""
         return u if self.row_order is None else u[self.row_order]
