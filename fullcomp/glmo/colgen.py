@@ -215,8 +215,11 @@ class ColumnGenerationGLMO:
             stopped.append(stop)
             return stop
 
-        # Work arrays of len(entries) are reused across calls: fresh ones page-fault at 10^7 entries.
-        direction, values = self._rmatvec(q, Vm, self._work[0]), self._work[1]
+        # Work arrays of len(entries) are reused across calls: fresh ones page-fault at 10^7 entries.  The
+        # values go straight into the slot the atom will take when one is free (not merely idle), sparing
+        # a copy of them into the cache (3.5 ms at 800,000 entries).
+        direction = self._rmatvec(q, Vm, self._work[0])
+        values = self._work[1] if self.active.all() else self.values[int(np.argmin(self.active)), : len(entries)]
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough, device=self.device)
         self.hint = atom
         values = atom.at(entries, out=values)
@@ -304,7 +307,7 @@ class ColumnGenerationGLMO:
         n = len(self._entries)
         if values is None:
             atom.at(self._entries, out=self.values[slot, :n])
-        else:
+        elif values.ctypes.data != self.values[slot].ctypes.data:  # not priced into its slot already
             self.values[slot, :n] = values
         if track is not None and len(track):
             atom.at(track, out=self.values[slot, n:])
