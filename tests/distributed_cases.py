@@ -190,6 +190,7 @@ RUNS = {  # name: (problem builder, method, options)
     "hmsfw-sharded": (sharded, "hmsfw", {"max_pricing": 4}),
     "hmsfw-sharded-cols": (sharded_columns, "hmsfw", {"max_pricing": 4}),
     "clipped-scfw-sharded": (sharded, "clipped-scfw", {"max_pricing": 4, "clip": 0.05}),
+    "psg-sharded": (sharded, "psg", {"eta": 0.5}),
 }
 
 
@@ -305,6 +306,12 @@ def worker(case: str, out: str, extra: str) -> None:
         resumed = fc.solve(sharded(here.rank), "hmsfw", iters=12, checkpoint=fc.Checkpoint(path, every=3), **run)
         whole = fc.solve(sharded(here.rank), "hmsfw", iters=12, **run)
         found = {"resumed_from": resumed.info["resumed_from"], "resumed": record(resumed), "whole": record(whole)}
+        path = os.path.join(extra, "psg.ckpt")
+        run = dict(seed=SEED, progress=False, eta=0.5)
+        fc.solve(sharded(here.rank), "psg", iters=6, checkpoint=fc.Checkpoint(path, every=3), **run)
+        resumed = fc.solve(sharded(here.rank), "psg", iters=12, checkpoint=fc.Checkpoint(path, every=3), **run)
+        whole = fc.solve(sharded(here.rank), "psg", iters=12, **run)
+        found["psg"] = {"resumed_from": resumed.info["resumed_from"], "same": record(resumed) == record(whole)}
     elif case == "kill":
 
         def die(it):

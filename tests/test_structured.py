@@ -133,8 +133,8 @@ def test_sharded_problems_need_reads_a_nuclear_ball_and_a_method_that_shards():
     sharded = fc.CompositeProblem(
         cp.max(u), group_losses, fc.NuclearBall((P, Q), 2.0), sampler=sampler, reads=READS, sharded=True
     )
-    with pytest.raises(fc.errors.ModelError, match="psg does not run on sharded entries.*hmsfw"):
-        fc.solve(sharded, "psg", eta=0.1, iters=2, progress=False)
+    with pytest.raises(fc.errors.ModelError, match="prox-linear does not run on sharded entries.*hmsfw.*psg"):
+        fc.solve(sharded, "prox-linear", iters=2, progress=False)
     with pytest.raises(fc.errors.OptionError, match="sharded problem takes route='colgen'"):
         fc.hmsfw(sharded, glmo="conic", iters=2, progress=False)
 

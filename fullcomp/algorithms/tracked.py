@@ -113,6 +113,8 @@ class InnerMap:
     its Jacobian is n x |reads| instead of n x d and the model products
     V (x - x_k) read only those entries; the iterate itself stays dense,
     because a projection or a Frank-Wolfe step over X needs the whole point.
+    On sharded reads (a rank's own entries) the Jacobian stays the rank's own, and the chain rule sums the
+    ranks' dense parts of V^T g: every rank holds the same dense iterate and projects it identically.
     """
 
     def __init__(self, problem: CompositeProblem, device: str | torch.device, dtype: torch.dtype):
@@ -124,7 +126,8 @@ class InnerMap:
             self.oracle = InnerOracle(problem.inner, problem.n, domain.shape, device, dtype)
         else:
             self.index = torch.as_tensor(problem.reads.flat, device=device)
-            self.oracle = InnerOracle(problem.inner, problem.n, (len(problem.reads),), device, dtype, columns="touched")
+            columns = "own" if problem.sharded else "touched"
+            self.oracle = InnerOracle(problem.inner, problem.n, (len(problem.reads),), device, dtype, columns=columns)
 
     def read(self, x: torch.Tensor) -> torch.Tensor:
         """The entries of a flat point (or step) that the map reads: all of it, or those at ``reads``."""
@@ -151,6 +154,8 @@ class InnerMap:
     def chain_rule(self, V: torch.Tensor, g: OuterGradient) -> torch.Tensor:
         """V^T g_u + g_x as a dense flat vector: the (sub)gradient of x -> F(z + V (x - y), x) at x = y."""
         d = self.spread(V.T @ torch.as_tensor(g.u, dtype=V.dtype, device=V.device))
+        if self.problem.sharded:  # one all-reduce of the dense vector (P Q numbers)
+            d = distributed.total(d)
         if g.x is not None:
             d = d + torch.as_tensor(g.x, dtype=V.dtype, device=V.device)
         return d
@@ -181,7 +186,8 @@ class TrackedModel:
         _, beta, rho = self.schedule.at(k)
         value, jac = self.inner.sample(x_next, self.problem.sample(self.generator), k + 1)
         V = polyak(state["V"], jac, beta)
-        z = taylor(state["z"], V, self.inner.read(x_next), self.inner.read(state["x"]), value, rho)
+        total = distributed.total if self.problem.sharded else None  # V (x_next - x) over every rank's entries
+        z = taylor(state["z"], V, self.inner.read(x_next), self.inner.read(state["x"]), value, rho, total)
         return {**state, "x": x_next, "x_prev": state["x"], "V": V, "z": z}
 
     def plan(self, step: Callable, state: dict, info: dict) -> Plan:
@@ -205,6 +211,7 @@ class TrackedModel:
                 problem, lambda s: self.inner.read(s["x"]), lambda s: numpy(s["x"]).reshape(shape)
             ),
             info={**info, "schedule": self.schedule.name},
+            sharded=problem.sharded,  # each rank's V is its own: every rank checkpoints
         )
 
 
