@@ -11,8 +11,8 @@ import torch
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol, target_gap
-from fullcomp.glmo.blocks import ColumnBlocks
 from fullcomp.glmo.master import ConicMaster
+from fullcomp.glmo.segments import Segments
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
 from fullcomp.sets.base import Set
@@ -84,7 +84,7 @@ class ColumnGenerationGLMO:
         self._spare = np.empty(0)  # a row of the value cache's width, for merges
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
         self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
-        self._blocks: tuple[int | None, ColumnBlocks | None] = (None, None)  # (tag, V's column blocks), this call's
+        self._segments: tuple[int | None, Segments | None] = (None, None)  # (tag, V's segments), this call's
         self.device = None if device is None else torch.device(device)  # where the LMO's products may run
         self._ritz: RitzSubspace | None = None  # the domain's heuristic pricer, when it has one
         self._ritz_state: dict | None = None  # a loaded pricer's state, until its entries are known
@@ -121,11 +121,11 @@ class ColumnGenerationGLMO:
         c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total)
         self.c.value = c
         self._cache_values(entries, track)
-        self._follow_blocks(Vm, entries, revision)
+        self._follow_segments(Vm, entries, revision)
         images = self._pool_images(Vm, entries, revision)
         ritz = None if tol is None else self._subspace(entries)  # a fixed pricing budget stays an LMO budget
         if ritz is not None:
-            ritz.follow(Vm, revision, self._blocks[1])
+            ritz.follow(Vm, revision, self._segments[1])
         calls = heuristic = 0
         if not self.active.any():
             # Seed an empty pool with the current point (it costs no pricing call, so max_calls holds
@@ -219,7 +219,8 @@ class ColumnGenerationGLMO:
         # values go straight into the slot the atom will take when one is free (not merely idle), sparing
         # a copy of them into the cache (3.5 ms at 800,000 entries).
         direction = self._rmatvec(q, Vm, self._work[0])
-        values = self._work[1] if self.active.all() else self.values[int(np.argmin(self.active)), : len(entries)]
+        slot = self._free_slot()
+        values = self._work[1] if slot is None else self.values[slot, : len(entries)]
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough, device=self.device)
         self.hint = atom
         values = atom.at(entries, out=values)
@@ -246,30 +247,31 @@ class ColumnGenerationGLMO:
             images = entries.total(self._matmul(Vm, self.values[:, : len(entries)]))
         return np.where(self.active, images, 0.0)
 
-    def _follow_blocks(self, Vm: np.ndarray, entries: Entries, revision: Revision | None) -> None:
-        """Find V's column blocks, or carry them over a tracker step when ``revision`` relates V to the last
-        call's (checking the step's sampled columns only).  Only on entries: a dense V has no blocks."""
-        tag, blocks = self._blocks
+    def _follow_segments(self, Vm: np.ndarray, entries: Entries, revision: Revision | None) -> None:
+        """Find V's segments, or carry them over a tracker step when ``revision`` relates V to the last call's
+        (checking the step's sampled columns only).  Only on entries: a V on every entry of x is a dense
+        Jacobian's."""
+        tag, segments = self._segments
         if entries is self._all:
-            blocks = None
+            segments = None
         elif revision is None or tag is None or tag not in (revision.tag, revision.since):
-            blocks = ColumnBlocks.find(Vm)
-        elif tag == revision.since and blocks is not None and revision.jacobian is not None:
+            segments = Segments.find(Vm)
+        elif tag == revision.since and segments is not None and revision.jacobian is not None:
             J = revision.jacobian
-            blocks = blocks.follow(J.columns.cpu().numpy(), as_numpy(J.values))
-            blocks = ColumnBlocks.find(Vm) if blocks is None else blocks
-        self._blocks = (None if revision is None else revision.tag, blocks)
+            segments = segments.follow(J.columns.cpu().numpy(), as_numpy(J.values))
+            segments = Segments.find(Vm) if segments is None else segments
+        self._segments = (None if revision is None else revision.tag, segments)
 
     def _rmatvec(self, q: np.ndarray, Vm: np.ndarray, out: np.ndarray) -> np.ndarray:
         """V^T q into ``out``."""
-        blocks = self._blocks[1]
-        return np.dot(q, Vm, out=out) if blocks is None else blocks.rmatvec(q, Vm, out)
+        segments = self._segments[1]
+        return np.dot(q, Vm, out=out) if segments is None else segments.rmatvec(q, Vm, out)
 
     def _matmul(self, Vm: np.ndarray, a: np.ndarray) -> np.ndarray:
         """V a for a vector, or (n, m) for m stacked rows."""
-        blocks = self._blocks[1]
-        if blocks is not None:
-            return blocks.matmul(Vm, a)
+        segments = self._segments[1]
+        if segments is not None:
+            return segments.matmul(Vm, a)
         return Vm @ a if a.ndim == 1 else (a @ Vm.T).T
 
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
@@ -338,14 +340,19 @@ class ColumnGenerationGLMO:
         track: Entries | None = None,
     ) -> None:
         """Pool an atom with its values at the entries read (None: not evaluated until needed) and image."""
-        if self.active.all():  # pool atoms plus the slot for the new one are all taken
+        slot = self._free_slot()
+        if slot is None:  # pool atoms plus the slot for the new one are all taken
             self._make_room(images, lam)
-        slot = int(np.argmin(self.active))
+            slot = self._free_slot()
         if values is None:
             self.lazy[slot] = True
         else:
             self._write(slot, atom, values, track)
         self.atoms[slot], images[:, slot], self.active[slot] = atom, image, True
+
+    def _free_slot(self) -> int | None:
+        """The slot a new atom takes without making room, if any."""
+        return None if self.active.all() else int(np.argmin(self.active))
 
     def _make_room(self, images: np.ndarray, lam: np.ndarray | None) -> None:
         weights = np.where(self.active, lam if lam is not None else 1.0, np.inf)
@@ -372,9 +379,9 @@ class ColumnGenerationGLMO:
         # The carried images round differently from recomputed ones: a resume exact to the bit needs them.
         state["images"] = None if self._images is None else (self._images[0], self._images[1].copy())
         state["ritz"] = self._ritz.state_dict() if self._ritz is not None else self._ritz_state
-        # Carried blocks may be wider than found ones (a sampled value back to zero), and their sums differ.
-        tag, blocks = self._blocks
-        state["blocks"] = (tag, None if blocks is None else (blocks.rows, blocks.lo, blocks.hi))
+        # Carried segments may be wider than found ones (a sampled value back to zero), and their sums differ.
+        tag, segments = self._segments
+        state["segments"] = (tag, None if segments is None else (segments.rows, segments.lo, segments.hi))
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -384,5 +391,5 @@ class ColumnGenerationGLMO:
         images = state.get("images")
         self._images = None if images is None else (int(images[0]), np.array(images[1]))
         self._ritz, self._ritz_state = None, state.get("ritz")
-        tag, blocks = state.get("blocks", (None, None))
-        self._blocks = (tag, None if blocks is None else ColumnBlocks(*map(np.array, blocks)))
+        tag, segments = state.get("segments", (None, None))
+        self._segments = (tag, None if segments is None else Segments(*map(np.array, segments)))

@@ -255,9 +255,7 @@ class NuclearBall(Set):
             if isinstance(hint, RankOneAtom):
                 wide = self.shape[0] <= self.shape[1]  # Lanczos runs on the row side
                 start = (hint.u if pattern is None else pattern.to_rows(hint.u)) if wide else hint.v
-            draws = None
-            if pattern is not None and pattern.row_order is not None:
-                draws = (pattern.to_rows(lanczos.fixed_draw(self.shape[0])), lanczos.fixed_draw(self.shape[1]))
+            draws = None if pattern is None else pattern.draws()
             u, sigma, v, upper = self.top_singular_pair(matrix, start, transpose, LANCZOS_TOL, stop, draws)
             u = u if pattern is None else pattern.from_rows(u)
         if sigma == 0:

@@ -63,6 +63,7 @@ class SparsePattern:
         perm = self.matrix.data.astype(np.int64) - 1
         self._perm = None if np.array_equal(perm, np.arange(perm.size)) else perm
         self.transpose = self.matrix.T
+        self._draws: tuple[np.ndarray, np.ndarray] | None = None
 
     def fill(self, values: np.ndarray) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays.
@@ -80,6 +81,14 @@ class SparsePattern:
         csr = self.matrix
         part = sp.csr_matrix((values, csr.indices[lo:hi], np.clip(csr.indptr, lo, hi) - lo), shape=csr.shape)
         return part, part.T
+
+    def draws(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The Lanczos start vectors (:func:`fixed_draw`) of the matrix's row and column sides, rows relabelled,
+        or None when they are not (the defaults then serve); made once."""
+        if self.row_order is not None and self._draws is None:
+            P, Q = self.matrix.shape
+            self._draws = (self.to_rows(fixed_draw(P)), fixed_draw(Q))
+        return self._draws
 
     def to_rows(self, u: np.ndarray) -> np.ndarray:
         """A row-side vector of d as one of the matrix."""

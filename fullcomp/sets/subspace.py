@@ -31,7 +31,7 @@ from fullcomp.sets.atoms import Entries, RankOneAtom
 from fullcomp.sets.lanczos import SparsePattern
 
 if TYPE_CHECKING:
-    from fullcomp.glmo.blocks import ColumnBlocks
+    from fullcomp.glmo.segments import Segments
     from fullcomp.trackers import Revision
 
 #: Past singular vectors kept; the oldest leaves first.
@@ -60,13 +60,13 @@ class RitzSubspace:
         self.count = self.oldest = 0
         self.tag: int | None = None  # the revision of V that the products are for
         self.V: np.ndarray | None = None
-        self.blocks: ColumnBlocks | None = None
+        self.segments: Segments | None = None
 
-    def follow(self, V: np.ndarray, revision: Revision | None, blocks: ColumnBlocks | None = None) -> None:
+    def follow(self, V: np.ndarray, revision: Revision | None, segments: Segments | None = None) -> None:
         """Make the products those with this call's V: carried over when ``revision`` relates V to the last
-        call's, else the basis starts empty (recomputing it would cost n products per vector).  ``blocks``:
-        V's column blocks, when known (:mod:`fullcomp.glmo.blocks`); a new vector's products then read each
-        block's row on the block alone, one pass over the entries instead of n."""
+        call's, else the basis starts empty (recomputing it would cost n products per vector).  ``segments``:
+        V's, when known (:mod:`fullcomp.glmo.segments`); a new vector's products then read each segment's
+        row on the segment alone, one pass over the entries instead of n."""
         n = V.shape[0]
         carried = revision is not None and self.tag is not None and self.tag in (revision.tag, revision.since)
         carried = carried and len(self.products) == n
@@ -82,7 +82,7 @@ class RitzSubspace:
             self.basis, self.products = np.zeros_like(self.basis), np.zeros((n, self.size, self.short))
             self.count = self.oldest = 0
         self.tag = None if revision is None else revision.tag
-        self.V, self.blocks = V, blocks if self.pattern._perm is None else None
+        self.V, self.segments = V, segments if self.pattern._perm is None else None
 
     def _add_sample(self, long: np.ndarray, short: np.ndarray, values: np.ndarray, weight: float) -> None:
         """products += weight * J_g^T w_j for J with ``values`` (n, t) at the (long, short) indices."""
@@ -110,14 +110,14 @@ class RitzSubspace:
         if norm <= INDEPENDENT:
             return
         self.basis[slot] = w / norm
-        column = np.zeros((len(self.V), self.short))  # rows of V outside every block stay zero
+        column = np.zeros((len(self.V), self.short))  # rows of V outside every segment stay zero
         # The pattern's matrix may have its rows relabelled (SparsePattern.to_rows).
         vector = self.pattern.to_rows(self.basis[slot]) if self.rows_long else self.basis[slot]
-        if self.blocks is None:
+        if self.segments is None:
             parts = ((g, *self.pattern.fill(row)) for g, row in enumerate(self.V))
         else:
-            blocks = zip(self.blocks.rows, self.blocks.lo, self.blocks.hi)
-            parts = ((g, *self.pattern.part(self.V[g, lo:hi], lo, hi)) for g, lo, hi in blocks)
+            spans = zip(self.segments.rows, self.segments.lo, self.segments.hi)
+            parts = ((g, *self.pattern.part(self.V[g, lo:hi], lo, hi)) for g, lo, hi in spans)
         for g, matrix, transpose in parts:
             column[g] += transpose @ vector if self.rows_long else matrix @ vector
         if not self.rows_long:

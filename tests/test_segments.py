@@ -1,4 +1,4 @@
-"""Column blocks of V (fullcomp.glmo.blocks) and the relabelled sparse pattern, against dense products."""
+"""Column segments of V (fullcomp.glmo.segments) and the relabelled sparse pattern, against dense products."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import fullcomp as fc
-from fullcomp.glmo.blocks import ColumnBlocks
+from fullcomp.glmo.segments import Segments
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Entries
 
 
-def blocked(rng: np.random.Generator, rows: list[int], sizes: list[int], zeros: float = 0.3) -> np.ndarray:
+def segmented(rng: np.random.Generator, rows: list[int], sizes: list[int], zeros: float = 0.3) -> np.ndarray:
     """An (n, sum(sizes)) V whose k-th range of columns is nonzero in row ``rows[k]`` only, some columns zero."""
     V = np.zeros((max(rows) + 2, sum(sizes)))
     start = 0
@@ -22,48 +22,56 @@ def blocked(rng: np.random.Generator, rows: list[int], sizes: list[int], zeros: 
     return V
 
 
-def test_blocks_are_found_and_their_products_are_the_dense_ones():
+def grouped(rng: np.random.Generator, shape: tuple[int, int], size: int, groups: int):
+    """``size`` sorted flat entries of a matrix whose rows fall into ``groups`` groups, each entry's group, and
+    the order that reads them group by group (each group's rows in row-major order)."""
+    flat = np.sort(rng.choice(shape[0] * shape[1], size=size, replace=False))
+    group = rng.integers(0, groups, shape[0])[flat // shape[1]]
+    return flat, group, np.lexsort((flat, group))
+
+
+def test_segments_are_found_and_their_products_are_the_dense_ones():
     rng = np.random.default_rng(0)
-    V = blocked(rng, [2, 0, 3, 0], [7, 5, 9, 4])
-    blocks = ColumnBlocks.find(V)
-    assert blocks is not None and list(blocks.rows) == [2, 0, 3, 0]
+    V = segmented(rng, [2, 0, 3, 0], [7, 5, 9, 4])
+    segments = Segments.find(V)
+    assert segments is not None and list(segments.rows) == [2, 0, 3, 0]
     nonzero = np.flatnonzero(np.any(V != 0, axis=0))
-    covered = np.concatenate([np.arange(a, b) for a, b in zip(blocks.lo, blocks.hi)])
-    assert set(nonzero) <= set(covered) and np.all(blocks.hi[:-1] <= blocks.lo[1:])
+    covered = np.concatenate([np.arange(a, b) for a, b in zip(segments.lo, segments.hi)])
+    assert set(nonzero) <= set(covered) and np.all(segments.hi[:-1] <= segments.lo[1:])
     q, a, A = rng.standard_normal(V.shape[0]), rng.standard_normal(V.shape[1]), rng.standard_normal((3, V.shape[1]))
     out = np.full(V.shape[1], np.nan)
-    assert blocks.rmatvec(q, V, out) is out
+    assert segments.rmatvec(q, V, out) is out
     np.testing.assert_array_equal(out, q @ V)  # one nonzero term per column: the same bits
-    np.testing.assert_allclose(blocks.matmul(V, a), V @ a, rtol=1e-14, atol=1e-14)
-    np.testing.assert_allclose(blocks.matmul(V, A), V @ A.T, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(segments.matmul(V, a), V @ a, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(segments.matmul(V, A), V @ A.T, rtol=1e-14, atol=1e-14)
 
 
-def test_a_v_without_blocks_has_none():
+def test_a_v_without_segments_has_none():
     rng = np.random.default_rng(1)
-    assert ColumnBlocks.find(rng.standard_normal((3, 50))) is None  # dense
-    V = blocked(rng, [0, 1], [20, 20], zeros=0.0)
+    assert Segments.find(rng.standard_normal((3, 50))) is None  # dense
+    V = segmented(rng, [0, 1], [20, 20], zeros=0.0)
     V[1, 5] = 1.0  # a column read by two rows
-    assert ColumnBlocks.find(V) is None
+    assert Segments.find(V) is None
     alternating = np.zeros((2, 2 * 300))
     alternating[0, ::2], alternating[1, 1::2] = 1.0, 1.0
-    assert ColumnBlocks.find(alternating) is None  # more blocks than MAX_BLOCKS
-    assert ColumnBlocks.find(np.zeros((3, 10))) is None
+    assert Segments.find(alternating) is None  # more segments than MAX_SEGMENTS
+    assert Segments.find(np.zeros((3, 10))) is None
 
 
-def test_blocks_follow_a_tracker_step_and_refuse_a_step_that_breaks_them():
+def test_segments_follow_a_tracker_step_and_refuse_a_step_that_breaks_them():
     rng = np.random.default_rng(2)
-    V = blocked(rng, [1, 0, 2], [10, 10, 10], zeros=0.0)
-    V[:, 8:12] = 0.0  # columns no sample has touched yet, between the first two blocks
-    blocks = ColumnBlocks.find(V)
-    assert (list(blocks.lo), list(blocks.hi)) == ([0, 12, 20], [8, 20, 30])
+    V = segmented(rng, [1, 0, 2], [10, 10, 10], zeros=0.0)
+    V[:, 8:12] = 0.0  # columns no sample has touched yet, between the first two segments
+    segments = Segments.find(V)
+    assert (list(segments.lo), list(segments.hi)) == ([0, 12, 20], [8, 20, 30])
 
     def step(columns, rows):
         values = np.zeros((V.shape[0], len(columns)))
         values[rows, np.arange(len(columns))] = rng.standard_normal(len(columns))
         return np.array(columns), values
 
-    columns, values = step([3, 9, 11, 25], [1, 1, 0, 2])  # 9 joins the first block, 11 the second
-    followed = blocks.follow(columns, values)
+    columns, values = step([3, 9, 11, 25], [1, 1, 0, 2])  # 9 joins the first segment, 11 the second
+    followed = segments.follow(columns, values)
     J = np.zeros_like(V)
     J[:, columns] = values
     V_next = 0.6 * V + 0.4 * J
@@ -71,29 +79,26 @@ def test_blocks_follow_a_tracker_step_and_refuse_a_step_that_breaks_them():
     q, a = rng.standard_normal(V.shape[0]), rng.standard_normal(V.shape[1])
     np.testing.assert_array_equal(followed.rmatvec(q, V_next, np.empty(V.shape[1])), q @ V_next)
     np.testing.assert_allclose(followed.matmul(V_next, a), V_next @ a, rtol=1e-14, atol=1e-14)
-    assert blocks.follow(*step([4], [0])) is None  # inside the first block, in another row
-    assert blocks.follow(*step([9], [2])) is None  # between two blocks, in neither's row
-    assert blocks.follow(*step([9, 10], [0, 1])) is None  # the two blocks would overlap
+    assert segments.follow(*step([4], [0])) is None  # inside the first segment, in another row
+    assert segments.follow(*step([9], [2])) is None  # between two segments, in neither's row
+    assert segments.follow(*step([9, 10], [0, 1])) is None  # the two segments would overlap
     two = np.zeros((V.shape[0], 1))
     two[[0, 1], 0] = 1.0
-    assert blocks.follow(np.array([9]), two) is None  # a column read by two rows
+    assert segments.follow(np.array([9]), two) is None  # a column read by two rows
 
 
 @pytest.mark.parametrize("shape", [(40, 30), (30, 40)])
 def test_a_pattern_of_grouped_rows_is_relabelled_and_prices_the_top_pair(shape, monkeypatch):
     monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)  # Lanczos at this size
     rng = np.random.default_rng(3)
-    flat = np.sort(rng.choice(shape[0] * shape[1], size=500, replace=False))
-    rows = flat // shape[1]
-    group = rng.integers(0, 4, shape[0])[rows]
-    grouped = flat[np.lexsort((flat, group))]  # group by group, each group's rows in row-major order
-    entries, by_rows = Entries(grouped, shape), Entries(flat, shape)
+    flat, _, order = grouped(rng, shape, 500, 4)
+    entries, by_rows = Entries(flat[order], shape), Entries(flat, shape)
     pattern = lanczos.SparsePattern(entries.rows, entries.cols, shape)
     assert pattern.row_order is not None and pattern._perm is None  # no permutation of the values per fill
     assert lanczos.SparsePattern(by_rows.rows, by_rows.cols, shape).row_order is None
     values = rng.standard_normal(flat.size)
     dense = np.zeros(shape)
-    dense.reshape(-1)[grouped] = values
+    dense.reshape(-1)[flat[order]] = values
     d, d_t = pattern.fill(values)
     np.testing.assert_array_equal(d.toarray(), dense[pattern.row_order])
     np.testing.assert_array_equal(pattern.from_rows(pattern.to_rows(np.arange(shape[0]))), np.arange(shape[0]))
@@ -109,9 +114,7 @@ def test_a_start_on_relabelled_rows_is_the_same_iteration(shape, monkeypatch):
     """The start vectors are relabelled with the rows, so the iteration is the row-major pattern's."""
     monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
     rng = np.random.default_rng(4)
-    flat = np.sort(rng.choice(shape[0] * shape[1], size=400, replace=False))
-    group = rng.integers(0, 3, shape[0])[flat // shape[1]]
-    order = np.lexsort((flat, group))
+    flat, _, order = grouped(rng, shape, 400, 3)
     values = rng.standard_normal(flat.size)
     X = fc.NuclearBall(shape, 1.0)
     warm = fc.sets.atoms.RankOneAtom(rng.standard_normal(shape[0]), rng.standard_normal(shape[1]))
@@ -125,16 +128,14 @@ def test_a_start_on_relabelled_rows_is_the_same_iteration(shape, monkeypatch):
         np.testing.assert_allclose(found[0], found[1], rtol=1e-12)
 
 
-def test_column_generation_on_blocks_certifies_against_cvxpy():
-    """A group-by-group V: the GLMO finds its blocks, and its answer is the CVXPY optimum to its gap."""
+def test_column_generation_on_segments_certifies_against_cvxpy():
+    """A group-by-group V: the GLMO finds its segments, and its answer is the CVXPY optimum to its gap."""
     from fullcomp.glmo import ColumnGenerationGLMO
     from fullcomp.model.composite import Outer
 
     rng = np.random.default_rng(5)
     shape, n = (12, 10), 3
-    flat = np.sort(rng.choice(120, size=60, replace=False))
-    group = rng.integers(0, n, shape[0])[flat // shape[1]]
-    order = np.lexsort((flat, group))
+    flat, group, order = grouped(rng, shape, 60, n)
     entries = Entries(flat[order], shape)
     V = np.zeros((n, flat.size))
     V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size)
@@ -143,7 +144,7 @@ def test_column_generation_on_blocks_certifies_against_cvxpy():
     glmo = ColumnGenerationGLMO(Outer(cp.max(fc.inner_value(n)), X), X)
     start = fc.sets.atoms.ZeroAtom(shape)
     res = glmo.solve(z, V, np.zeros(flat.size), tol=1e-6, entries=entries, start=start)
-    assert glmo._blocks[1] is not None and len(glmo._blocks[1].rows) == n
+    assert glmo._segments[1] is not None and len(glmo._segments[1].rows) == n
     W = cp.Variable(shape)
     read = cp.hstack([W[i, j] for i, j in zip(entries.rows, entries.cols)])
     reference = cp.Problem(cp.Minimize(cp.max(z + V @ read)), [cp.normNuc(W) <= 2.0])
@@ -151,8 +152,8 @@ def test_column_generation_on_blocks_certifies_against_cvxpy():
     assert res.gap_bound <= 1e-6 and reference.value - 1e-6 <= res.value <= reference.value + 1e-6 + 1e-7
 
 
-def test_the_completion_experiment_takes_the_blocked_path(monkeypatch):
-    """Its reads come group by group, so the pattern needs no permutation and V has one block per group."""
+def test_the_completion_experiment_takes_the_segmented_path(monkeypatch):
+    """Its reads come group by group, so the pattern needs no permutation and V has one segment per group."""
     from fullcomp.experiments import completion_problem
     from fullcomp.glmo import ColumnGenerationGLMO
 
@@ -160,7 +161,7 @@ def test_the_completion_experiment_takes_the_blocked_path(monkeypatch):
 
     def solve(self, *args, **kwargs):
         res = real(self, *args, **kwargs)
-        found.append(self._blocks[1])
+        found.append(self._segments[1])
         return res
 
     monkeypatch.setattr(ColumnGenerationGLMO, "solve", solve)
@@ -173,28 +174,26 @@ def test_the_completion_experiment_takes_the_blocked_path(monkeypatch):
 
 
 @pytest.mark.parametrize("shape", [(50, 30), (30, 50)])
-def test_the_heuristic_pricer_reads_each_block_of_v_alone_and_gets_the_same_products(shape, monkeypatch):
+def test_the_heuristic_pricer_reads_each_segment_of_v_alone_and_gets_the_same_products(shape, monkeypatch):
     from fullcomp.sets.subspace import RitzSubspace
     from fullcomp.trackers import Revision
 
     monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
     rng = np.random.default_rng(6)
-    flat = np.sort(rng.choice(shape[0] * shape[1], size=600, replace=False))
-    group = rng.integers(0, 3, shape[0])[flat // shape[1]]
-    order = np.lexsort((flat, group))
+    flat, group, order = grouped(rng, shape, 600, 3)
     entries = Entries(flat[order], shape)
     V = np.zeros((4, flat.size))  # row 3 reads nothing
     V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size) * (rng.random(flat.size) > 0.2)
-    blocks = ColumnBlocks.find(V)
+    segments = Segments.find(V)
     X = fc.NuclearBall(shape, 1.0)
     pricers = []
-    for known in (None, blocks):
+    for known in (None, segments):
         ritz = RitzSubspace(X.radius, entries, lanczos.SparsePattern(entries.rows, entries.cols, shape), 5)
         ritz.follow(V, Revision(0), known)
         for seed in range(4):
             ritz.add(X.lmo_bounded(np.random.default_rng(seed).standard_normal(flat.size), entries)[0])
         pricers.append(ritz)
-    assert pricers[1].blocks is blocks and pricers[0].count == pricers[1].count == 4
+    assert pricers[1].segments is segments and pricers[0].count == pricers[1].count == 4
     np.testing.assert_allclose(pricers[1].products, pricers[0].products, rtol=1e-14, atol=1e-14)
     atom, _, images = pricers[1].price(rng.random(4))
     np.testing.assert_allclose(images, V @ atom.at(entries), rtol=1e-12, atol=1e-12)
