@@ -50,6 +50,8 @@ def test_jacobian_rows_by_backward_equal_jacrev(n):
     value, jac = InnerOracle(inner, n, (7,), "cpu", torch.float64)(x, 0.5, 0)
     assert torch.allclose(jac, jacrev(lambda v: inner(v, 0.5))(x), rtol=1e-14, atol=1e-15)
     assert torch.allclose(value, inner(x, 0.5), rtol=0, atol=0)
+    with torch.no_grad():  # a caller's no_grad does not reach the map's differentiation
+        assert torch.equal(InnerOracle(inner, n, (7,), "cpu", torch.float64)(x, 0.5, 0)[1], jac)
     _, zero = rows_by_backward(lambda v: torch.ones(n, dtype=torch.float64), x)
     assert torch.equal(zero, torch.zeros(n, 7, dtype=torch.float64))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,9 +69,9 @@ def affine_model(
             f"got z {z.shape}, V {V.shape}, y {y.shape}"
         )
     V = V.reshape(n, d)
-    # V's sum is finite exactly when every entry is (or it overflowed: then the elementwise check decides),
-    # and it allocates no mask of V's size.
-    if not (np.isfinite(z).all() and np.isfinite(y).all() and (np.isfinite(V.sum()) or np.isfinite(V).all())):
+    # The sum of all three is finite exactly when every entry is (or it overflowed: then the elementwise checks
+    # decide): one reduction each, no mask of V's size.
+    if not (math.isfinite(z.sum() + y.sum() + V.sum()) or all(np.isfinite(a).all() for a in (z, V, y))):
         name = next(k for k, a in (("z", z), ("V", V), ("y", y)) if not np.isfinite(a).all())
         raise OptionError(f"GLMO input {name} has NaN or Inf entries")
     return z - (V @ y if total is None else total(V @ y)), V
@@ -88,7 +89,7 @@ def linear_certificate(g: np.ndarray, x: np.ndarray, domain: Set, entries: Entri
 
 
 def check_tol(tol: float | None, max_calls: int | None) -> None:
-    if tol is not None and not (np.isfinite(tol) and tol > 0):
+    if tol is not None and not (isinstance(tol, (int, float, np.number)) and math.isfinite(tol) and tol > 0):
         raise OptionError(f"tol must be a positive number, got {tol}")
     if max_calls is not None and (not isinstance(max_calls, (int, np.integer)) or max_calls < 1):
         raise OptionError(f"max_calls must be a positive int, got {max_calls}")

@@ -198,12 +198,17 @@ ROWS_BY_BACKWARD = 4
 
 def rows_by_backward(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(fn(x), its Jacobian) by one backward pass per output, flat in x."""
+    if not torch.is_grad_enabled():  # checked first: entering the context costs as much as a small forward op
+        with torch.enable_grad():
+            return rows_by_backward(fn, x)
     point = x.detach().requires_grad_(True)
-    with torch.enable_grad():
-        out = fn(point)
+    out = fn(point)
     n = out.numel()
     if not out.requires_grad:  # a map constant in x (or one that detached it; the construction check catches that)
         return out, torch.zeros(n, point.numel(), dtype=out.dtype, device=out.device)
+    if n == 1:  # one output: torch seeds it with 1 itself, and no view of it joins the graph
+        (row,) = torch.autograd.grad(out, point, allow_unused=True)
+        return out.detach(), (torch.zeros_like(point) if row is None else row).reshape(1, -1)
     # Scalar outputs, not grad_outputs: torch's first call with grad_outputs imports sympy (0.5 s of set-up).
     flat = out.reshape(-1)
     rows = []

@@ -34,6 +34,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
 
 def plain(value: Any) -> Any:
     """Python scalars for JSON and CSV (numpy and torch scalars included)."""
+    if type(value) in (float, int, str, bool) or value is None:  # most of a row, and the hot path
+        return value
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
         return value.item()
     if isinstance(value, np.generic):
