@@ -96,9 +96,10 @@ def completion(rank: int | None) -> fc.CompositeProblem:
 SHARDED_DATA = fc.datasets.synthetic_ratings(shape=(30, 20), n_ratings=400, seed=6)
 
 
-def lanczos_case(rank: int, blocks: str) -> dict:
+def lanczos_case(rank: int, blocks: str, by_blocks: bool) -> dict:
     """Rank ``rank``'s block of rows (or of columns) of a random sparse 120 x 50 direction, priced by the
-    nuclear LMO."""
+    nuclear LMO (``by_blocks``: by block Lanczos, as on many entries)."""
+    fc.sets.balls.BLOCK_ENTRIES = 0 if by_blocks else 500_000
     gen = torch.Generator().manual_seed(7)
     flat = torch.randperm(120 * 50, generator=gen)[:1500].sort().values.numpy()
     values = torch.randn(flat.size, generator=gen, dtype=torch.float64).numpy()
@@ -108,7 +109,7 @@ def lanczos_case(rank: int, blocks: str) -> dict:
     side = entries.check_blocks()
     atom, lower = fc.NuclearBall((120, 50), 2.0).lmo_bounded(values[mine], entries)
     found = {"u": atom.u, "v": atom.v, "flat": flat, "values": values}
-    return {"lower": lower, "side": side, **{k: v.tolist() for k, v in found.items()}}
+    return {"lower": lower, "side": side, "ritz": atom.ritz is not None, **{k: v.tolist() for k, v in found.items()}}
 
 
 def subspace_case(rank: int | None) -> dict:
@@ -294,7 +295,10 @@ def worker(case: str, out: str, extra: str) -> None:
         except fc.errors.OptionError as exc:
             found = {"error": str(exc)}
     elif case == "lanczos":
-        found = {blocks: lanczos_case(here.rank, blocks) for blocks in ("rows", "cols")}
+        found = {
+            f"{blocks}-{kind}": lanczos_case(here.rank, blocks, kind == "block")
+            for blocks, kind in itertools.product(("rows", "cols"), ("single", "block"))
+        }
     elif case == "subspace":
         found = subspace_case(here.rank)
     elif case == "subspace-run":

@@ -111,9 +111,11 @@ def split_lanczos(tmp_path_factory):
     return found
 
 
+@pytest.mark.parametrize("kind", ["single", "block"])
 @pytest.mark.parametrize("blocks", ["rows", "cols"])
-def test_the_split_lanczos_matches_the_whole_matrix_svd(split_lanczos, blocks):
-    found = split_lanczos[blocks]
+def test_the_split_lanczos_matches_the_whole_matrix_svd(split_lanczos, blocks, kind):
+    found = split_lanczos[f"{blocks}-{kind}"]
+    assert found["ritz"] == (kind == "block")  # a block iteration leaves its Ritz vectors with the atom
     assert found["side"] == blocks  # the side check_blocks finds: the ranks' rows, or columns, are disjoint
     flat, values = np.array(found["flat"]), np.array(found["values"])
     dense = np.zeros(120 * 50)

@@ -532,3 +532,108 @@ def test_sharded_entries_find_their_blocks_and_refuse_an_empty_shard():
     assert Entries(np.arange(12), (4, 3), sharded=True).check_blocks() == "rows"
     with pytest.raises(OptionError, match="rank 0 holds no entries"):
         Entries(np.zeros(0, dtype=np.int64), (4, 3), sharded=True).check_blocks()
+
+
+def sparse_direction(shape, density, seed, grouped=False):
+    """(entries, values, dense) of a random sparse direction; ``grouped``: each row's entries together, the
+    rows in a shuffled order (so the pattern relabels its rows)."""
+    from fullcomp.sets.atoms import Entries
+
+    rng = np.random.default_rng(seed)
+    flat = np.flatnonzero(rng.random(shape[0] * shape[1]) < density)
+    if grouped:
+        rank = np.argsort(rng.permutation(shape[0]))
+        flat = flat[np.lexsort((flat % shape[1], rank[flat // shape[1]]))]
+    values = rng.standard_normal(flat.size)
+    dense = np.zeros(shape)
+    dense.reshape(-1)[flat] = values
+    return Entries(flat, shape), values, dense
+
+
+@pytest.mark.parametrize("shape", [(60, 90), (90, 60)])
+def test_block_lanczos_matches_a_dense_svd_and_restarts_from_its_ritz_vectors(shape):
+    _, values, dense = sparse_direction(shape, 0.2, 21)
+    d = dense if shape[0] <= shape[1] else dense.T
+    sigmas = np.linalg.svd(d, compute_uv=False)
+    top = np.linalg.svd(d)[0][:, : lanczos.BLOCK]
+    pair, ritz = lanczos.top_singular_block(d)
+    assert pair.sigma == pytest.approx(sigmas[0], rel=1e-12) and sigmas[0] <= pair.upper <= sigmas[0] * (1 + 1e-6)
+    np.testing.assert_allclose(d.T @ pair.u, pair.sigma * pair.v, atol=1e-12 * pair.sigma)
+    np.testing.assert_allclose(d @ pair.v, pair.sigma * pair.u, atol=1e-3 * pair.sigma)  # vectors to ~sqrt(tol)
+    assert ritz.shape == (lanczos.BLOCK, d.shape[0])
+    assert abs(ritz[0] @ top[:, 0]) == pytest.approx(1.0, abs=1e-6)  # best first
+    # A nearby direction from the Ritz vectors: the same answer as from a cold start.
+    near = d + 0.01 * np.random.default_rng(2).standard_normal(d.shape)
+    warm, _ = lanczos.top_singular_block(near, start=ritz)
+    assert warm.sigma == pytest.approx(np.linalg.svd(near, compute_uv=False)[0], rel=1e-12)
+
+
+def test_block_lanczos_of_a_low_rank_matrix_hands_over_to_the_single_vector_iteration():
+    rng = np.random.default_rng(4)
+    d = rng.standard_normal((40, 2)) @ rng.standard_normal((2, 50))  # rank 2 < one block of 4
+    pair, ritz = lanczos.top_singular_block(d)
+    assert ritz is None and pair.sigma == pytest.approx(np.linalg.svd(d, compute_uv=False)[0], rel=1e-12)
+    zero, ritz = lanczos.top_singular_block(np.zeros((40, 50)))
+    assert zero.sigma == 0.0 and ritz is None
+
+
+@pytest.mark.parametrize("shape", [(60, 90), (90, 60)])
+def test_the_lmo_by_blocks_on_relabelled_rows_is_the_lmo_in_row_major_order(shape, monkeypatch):
+    """At scale the sparse LMO runs block Lanczos (through torch's CSR products), warm-started from the hint's
+    Ritz vectors; rows given group by group are relabelled, and the iteration is the row-major one."""
+    monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+    row_major, values, dense = sparse_direction(shape, 0.2, 8)
+    grouped, _, _ = sparse_direction(shape, 0.2, 8, grouped=True)
+    at = {int(f): i for i, f in enumerate(grouped.flat)}
+    order = np.array([at[int(f)] for f in row_major.flat])  # grouped position of each row-major entry
+    nearby = values + 0.05 * np.random.default_rng(1).standard_normal(values.size)
+    hints = {}
+    for name, entries in (("row-major", row_major), ("grouped", grouped)):
+        direction, second = values.copy(), nearby.copy()
+        if name == "grouped":
+            direction[order], second[order] = values, nearby
+        X = fc.NuclearBall(shape, 2.0)
+        first, _ = X.lmo_bounded(direction, entries)
+        hint = hints["row-major"][3] if hints else first  # atoms are layout-free: start both from the same
+        checks = []
+        atom, lower = X.lmo_bounded(
+            second, entries, hint=hint, enough=lambda *bounds, checks=checks: checks.append(bounds)
+        )
+        assert X._pattern[2] and (X._pattern[1].row_order is not None) == (name == "grouped")
+        assert first.ritz is not None and first.ritz[0] == ("u" if shape[0] <= shape[1] else "v")
+        hints[name] = (atom, lower, checks[0], first)
+    (a, lower_a, check_a, _), (b, lower_b, check_b, _) = hints["row-major"], hints["grouped"]
+    np.testing.assert_allclose(check_b, check_a, rtol=1e-12)  # the same start, so the same first check
+    # Relabelled rows permute the iteration's vectors, so its inner products round differently: the two runs
+    # agree to the Lanczos tolerance, not to the bit.
+    assert lower_b == pytest.approx(lower_a, rel=fc.sets.balls.LANCZOS_TOL)
+    np.testing.assert_allclose(b.dense(), a.dense(), atol=1e-6)
+    near = np.zeros(shape)
+    near.reshape(-1)[row_major.flat] = nearby
+    sigma = np.linalg.svd(near, compute_uv=False)[0]
+    assert float(np.sum(near * a.dense())) == pytest.approx(-2.0 * sigma, rel=1e-12)
+    assert lower_a <= -2.0 * sigma * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_the_lmo_by_blocks_stopped_early_is_feasible_and_bounds_the_optimum(sharded, monkeypatch):
+    monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+    entries, direction, dense = sparse_direction((50, 70), 0.3, 11)
+    if sharded:  # one rank holding every row: the split iteration, on the column side
+        entries = fc.sets.atoms.Entries(entries.flat, entries.shape, sharded=True)
+    optimum = -2.0 * np.linalg.svd(dense, compute_uv=False)[0]
+    X = fc.NuclearBall((50, 70), 2.0)
+    for checks in (1, 2, None):
+        seen = []
+
+        def enough(value, lower, seen=seen, checks=checks):
+            seen.append((value, lower))
+            return checks is not None and len(seen) >= checks
+
+        atom, lower = X.lmo_bounded(direction, entries, enough=enough)
+        value = float(np.sum(dense * atom.dense()))
+        assert np.linalg.norm(atom.dense(), "nuc") == pytest.approx(2.0, rel=1e-9)
+        assert value >= optimum * (1 + 1e-12) and lower <= optimum * (1 - 1e-12)
+        assert all(lo <= v for v, lo in seen) and atom.ritz is not None
+        if checks is None:
+            assert value == pytest.approx(optimum, rel=1e-12) and lower == pytest.approx(optimum, rel=1e-6)

@@ -352,3 +352,24 @@ def test_sparse_products_through_torch_give_the_iterates_of_scipy_products(monke
     # torch sums each product in another order; the masters amplify the last bits (2e-9 of max |x| measured).
     scale = float(host.x_entries.abs().max())
     assert torch.allclose(host.x_entries, torch_route.x_entries, rtol=0, atol=1e-7 * scale)
+
+
+def test_a_run_on_block_lanczos_resumes_exactly(tmp_path, monkeypatch):
+    """At scale the LMO runs block Lanczos from the last atom's Ritz vectors, which the atom carries: the
+    checkpoint keeps them, so the resumed run starts its next LMO where the uninterrupted one did."""
+    from fullcomp.experiments import completion_problem
+
+    monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+    problem = completion_problem(fc.datasets.synthetic_ratings((40, 60), 1200, seed=1), batch=64).problem
+    full = fc.hmsfw(problem, iters=8, seed=3, progress=False)
+    assert any(isinstance(atom.ritz, tuple) for atom, _ in full.atoms)
+    ckpt = fc.Checkpoint(tmp_path / "run.ckpt", every=3)
+
+    def interrupt(it):
+        if it.k == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fc.hmsfw(problem, iters=8, seed=3, progress=False, checkpoint=ckpt, callback=interrupt)
+    resumed = fc.hmsfw(problem, iters=8, seed=3, progress=False, checkpoint=ckpt)
+    assert resumed.info["resumed_from"] == 5 and torch.equal(resumed.x_entries, full.x_entries)

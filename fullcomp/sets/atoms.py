@@ -113,11 +113,18 @@ class DenseAtom(Atom):
 
 
 class RankOneAtom(Atom):
-    """The matrix u v^T (the scale is folded into u)."""
+    """The matrix u v^T (the scale is folded into u).
 
-    def __init__(self, u: np.ndarray, v: np.ndarray):
+    ``ritz``: ("u" or "v", rows of unit vectors of that side), the Ritz vectors a block Lanczos found with the
+    atom, best first; the next LMO starts from them (:func:`fullcomp.sets.lanczos.top_singular_block`)."""
+
+    ritz: tuple[str, np.ndarray] | None = None  # also for atoms read back from checkpoints written before it
+
+    def __init__(self, u: np.ndarray, v: np.ndarray, ritz: tuple[str, np.ndarray] | None = None):
         self.u, self.v = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
         self.shape = (self.u.size, self.v.size)
+        if ritz is not None:
+            self.ritz = ritz
 
     def at(self, entries: Entries, out: np.ndarray | None = None) -> np.ndarray:
         """The values u_i v_j at the entries; ``out`` (and a second buffer kept on the entries) spare

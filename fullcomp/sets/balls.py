@@ -24,11 +24,24 @@ DENSE_SIDE, DENSE_SIZE = 64, 1 << 16
 #: Heuristic pricing (:mod:`fullcomp.sets.subspace`) from this many read entries: measured slower on
 #: MovieLens-100K (80,000 entries), no faster at 800,000, faster at 8,000,000 (docs/performance.md).
 SUBSPACE_ENTRIES = 2_000_000
+#: From this many entries (on sharded entries, all ranks') the sparse LMO runs block Lanczos
+#: (:func:`~fullcomp.sets.lanczos.top_singular_block`), warm-started from the hint's Ritz vectors.
+BLOCK_ENTRIES = 500_000
 
 
 def small_pair(shape: tuple[int, int]) -> bool:
     """Whether the top singular pair of a matrix of ``shape`` is found densely rather than by Lanczos."""
     return min(shape) == 1 or (min(shape) <= DENSE_SIDE and shape[0] * shape[1] <= DENSE_SIZE)
+
+
+def warm_block(hint: Atom | None, side: str) -> np.ndarray | None:
+    """The start of a block Lanczos on the ``side`` ("u" or "v") of a rank-one hint: the Ritz vectors found
+    with it, or its own vector."""
+    if not isinstance(hint, RankOneAtom):
+        return None
+    if hint.ritz is not None and hint.ritz[0] == side:
+        return hint.ritz[1]
+    return getattr(hint, side)[None]
 
 
 def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
@@ -133,7 +146,8 @@ class NuclearBall(Set):
         if len(self.shape) != 2:
             raise DomainError(f"NuclearBall needs a matrix shape (P, Q), got {self.shape}")
         self.radius = check_radius(radius)
-        self._pattern: tuple[Entries, SparsePattern] | None = None  # sparse LMO directions' CSR structure
+        # Sparse LMO directions' CSR structure, and whether their Lanczos runs by blocks (BLOCK_ENTRIES).
+        self._pattern: tuple[Entries, SparsePattern, bool] | None = None
         self._on_device: tuple[Entries, torch.device, DevicePattern] | None = None  # and its copy on a GPU
 
     @property
@@ -205,7 +219,10 @@ class NuclearBall(Set):
         if self._pattern is None or self._pattern[0] is not entries:
             # Every rank's vectors of the split Lanczos are in the same coordinates: no relabelled rows.
             pattern = SparsePattern(entries.rows, entries.cols, self.shape, relabel=not entries.sharded)
-            self._pattern = (entries, pattern)
+            # Decided on every rank's entries together, so that the ranks run the same iteration.
+            count = float(entries.total(np.array([len(entries)], dtype=np.float64))[0])
+            blocked = count >= BLOCK_ENTRIES and min(self.shape) >= 8 * lanczos.BLOCK
+            self._pattern = (entries, pattern, blocked)
         return self._pattern[1]
 
     def lmo_bounded(
@@ -235,21 +252,33 @@ class NuclearBall(Set):
                 if held is None or held[0] is not entries or held[1] != device:
                     self._on_device = (entries, device, pattern.on(device))
                 matrix, transpose = self._on_device[2].fill(direction)
+            elif self._pattern[2]:
+                matrix, transpose = pattern.operators(direction)
             else:
                 matrix, transpose = pattern.fill(direction)
         r = self.radius
         stop = None if enough is None else (lambda sigma, upper: enough(-r * sigma, -r * upper))
-        if entries.sharded:
-            # This rank holds a block of the direction's rows (columns): Lanczos on the column (row) side, where
-            # each product is local and one all-reduce of a Q- (P-) vector completes it (DFW-Trace's distributed
-            # power method).
-            by_rows = entries.blocks == "rows"
-            side, other = (transpose, matrix) if by_rows else (matrix, transpose)
-            start = (hint.v if by_rows else hint.u) if isinstance(hint, RankOneAtom) else None
-            a, sigma, b, upper = lanczos.top_singular_pair(
-                side, other, start, LANCZOS_TOL, stop=stop, total=entries.total
-            )
-            u, v = (b, a) if by_rows else (a, b)
+        ritz = None
+        if entries.sharded or (pattern is not None and self._pattern[2]):
+            # Sharded, this rank holds a block of the direction's rows (columns): Lanczos on the column (row)
+            # side, where each product is local and one all-reduce of a Q- (P-) vector completes it (DFW-Trace's
+            # distributed power method).  Otherwise on the shorter side, by blocks at scale.
+            on_rows = entries.blocks == "cols" if entries.sharded else self.shape[0] <= self.shape[1]
+            side, other = (matrix, transpose) if on_rows else (transpose, matrix)
+            name, total = ("u" if on_rows else "v"), (entries.total if entries.sharded else None)
+            if self._pattern[2]:
+                start = warm_block(hint, name)
+                start = start if start is None or not on_rows else pattern.to_rows(start.T).T
+                draws = pattern.block_draws(on_rows, lanczos.BLOCK)
+                (a, sigma, b, upper), found = lanczos.top_singular_block(
+                    side, other, start, LANCZOS_TOL, stop=stop, total=total, draws=draws
+                )
+                ritz = None if found is None else (name, found if not on_rows else pattern.from_rows(found.T).T)
+            else:
+                start = getattr(hint, name) if isinstance(hint, RankOneAtom) else None
+                a, sigma, b, upper = lanczos.top_singular_pair(side, other, start, LANCZOS_TOL, stop=stop, total=total)
+            u, v = (a, b) if on_rows else (b, a)
+            u = pattern.from_rows(u)
         else:
             start = None
             if isinstance(hint, RankOneAtom):
@@ -260,7 +289,7 @@ class NuclearBall(Set):
             u = u if pattern is None else pattern.from_rows(u)
         if sigma == 0:
             return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1])), -r * upper
-        return RankOneAtom(-r * u, v), -r * upper
+        return RankOneAtom(-r * u, v, ritz), -r * upper
 
     @numeric
     def project(self, p: np.ndarray) -> np.ndarray:

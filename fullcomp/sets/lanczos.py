@@ -64,6 +64,8 @@ class SparsePattern:
         self._perm = None if np.array_equal(perm, np.arange(perm.size)) else perm
         self.transpose = self.matrix.T
         self._draws: tuple[np.ndarray, np.ndarray] | None = None
+        self._block_draws: dict[tuple[bool, int], np.ndarray] = {}
+        self._host: tuple[torch.Tensor, torch.Tensor] | None = None  # the CSR structure as torch tensors
 
     def fill(self, values: np.ndarray) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays.
@@ -73,6 +75,22 @@ class SparsePattern:
         data = values if self._perm is None else values[self._perm]
         self.matrix.data = self.transpose.data = data
         return self.matrix, self.transpose
+
+    def operators(self, values: np.ndarray) -> tuple[sp.csr_matrix | DeviceMatrix, sp.csc_matrix]:
+        """:meth:`fill`, the matrix multiplying through torch's CSR kernel (MKL's) where torch has it: on a block of
+        4 vectors it took 10.5 against scipy's 23.7 ms at 10^7 entries, 0.6 against 2.0 ms at 900,000.  The
+        transpose stays scipy's CSC view of the same values: torch multiplies CSR matrices only, and a CSR
+        structure of the transpose would permute the values at every fill."""
+        matrix, transpose = self.fill(values)
+        if not torch.backends.mkl.is_available():
+            return matrix, transpose
+        if self._host is None:
+            self._host = (torch.from_numpy(matrix.indptr), torch.from_numpy(matrix.indices))
+        with warnings.catch_warnings():  # torch says once per process that sparse CSR support is in beta
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+            values = torch.from_numpy(matrix.data)
+            csr = torch.sparse_csr_tensor(*self._host, values, size=matrix.shape, check_invariants=False)
+        return DeviceMatrix(csr, matrix.data), transpose
 
     def part(self, values: np.ndarray, lo: int, hi: int) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix holding ``values`` at the pattern's entries lo:hi and zero elsewhere, and its transpose,
@@ -90,12 +108,23 @@ class SparsePattern:
             self._draws = (self.to_rows(fixed_draw(P)), fixed_draw(Q))
         return self._draws
 
+    def block_draws(self, rows: bool, size: int) -> np.ndarray:
+        """The (size, n) generic vectors of :func:`top_singular_block` for the matrix (``rows``: the iteration
+        runs on the row side, so they are of the column side) or its transpose (of the row side, relabelled)."""
+        key = (rows, size)
+        if key not in self._block_draws:
+            P, Q = self.matrix.shape
+            n = Q if rows else P
+            draws = fixed_draw(n * size).reshape(size, n)
+            self._block_draws[key] = draws if rows else self.to_rows(draws.T).T.copy()
+        return self._block_draws[key]
+
     def to_rows(self, u: np.ndarray) -> np.ndarray:
-        """A row-side vector of d as one of the matrix."""
+        """A row-side vector of d (or columns of them) as one of the matrix."""
         return u if self.row_order is None else u[self.row_order]
 
     def from_rows(self, u: np.ndarray) -> np.ndarray:
-        """A row-side vector of the matrix as one of d."""
+        """A row-side vector of the matrix (or columns of them) as one of d."""
         if self.row_order is None:
             return u
         out = np.empty_like(u)
@@ -291,3 +320,93 @@ def top_singular_pair(
         d = spla.LinearOperator(d.shape, matvec=d.__matmul__, rmatvec=d_t.__matmul__, dtype=np.float64)
     u, s, vt = spla.svds(d, k=1, tol=tol)
     return SingularPair(u[:, 0], float(s[0]), vt[0], float(s[0]))
+
+
+#: Vectors per block of :func:`top_singular_block`.
+BLOCK = 4
+
+
+def top_singular_block(
+    d: np.ndarray | sp.spmatrix,
+    d_t: np.ndarray | sp.spmatrix | None = None,
+    start: np.ndarray | None = None,
+    tol: float = 1e-7,
+    max_iter: int = 300,
+    stop: Callable[[float, float], bool] | None = None,
+    total: Callable[[np.ndarray], np.ndarray] | None = None,
+    draws: np.ndarray | None = None,
+    size: int | None = None,
+) -> tuple[SingularPair, np.ndarray | None]:
+    """:func:`top_singular_pair` by block Lanczos, and the top ``size`` Ritz vectors (rows, best first) of d d^T
+    found with the pair, which warm-start the next call as its ``start``; ``size`` is :data:`BLOCK` by default.
+
+    A block's two products read the matrix once for all its vectors: at 10^7 entries, 4 vectors cost 1.8 times
+    one.  And a block converges on a cluster of top singular values, where a single vector crawls: on the
+    directions of a 1M-rating completion run, certified calls needed 65 single steps from the last atom's vector
+    against 24 block steps from the last call's Ritz vectors.
+
+    ``start``: up to ``size`` unit vectors of R^p as rows; each takes a little of a generic vector of d's range
+    (as a single start does), and generic range vectors complete the block.  ``draws``: the (size, q) generic
+    vectors of d's column side those come from (rows permuted with d's columns, as for
+    :func:`top_singular_pair`), :func:`fixed_draw` by default.  Stopping, ``tol`` and ``total`` as there;
+    ``stop`` is asked from the second block on: the first block's Rayleigh-Ritz bound was not yet a bound in
+    tests/test_sets.py.  A block that loses
+    rank (an invariant subspace, or d of lower rank than the space) and a block that has not converged after
+    ``max_iter`` vectors hand over to :func:`top_singular_pair` from the best Ritz vector.
+    """
+    split = total is not None
+    total = total or (lambda partial: partial)
+    p, q = d.shape
+    d_t = d.T if d_t is None else d_t
+    b = BLOCK if size is None else size
+    steps = min(p, max_iter) // b
+    flat = d.data if sp.issparse(d) or isinstance(d, DeviceMatrix) else np.ravel(d)
+    draws = fixed_draw(q * b).reshape(b, q) if draws is None else draws
+    generic = np.asarray(d @ np.ascontiguousarray(draws.T)).T  # (b, p): d's range, wherever its rows are
+    reduced = total(np.concatenate([[flat @ flat], generic.ravel()]))
+    scale, generic = float(reduced[0]), reduced[1:].reshape(b, p)
+
+    def single(u: np.ndarray | None) -> tuple[SingularPair, None]:
+        return top_singular_pair(d, d_t, u, tol, max_iter, stop, total if split else None), None
+
+    norms = np.linalg.norm(generic, axis=1)
+    if scale == 0 or steps < 2 or not np.all(norms > 0):
+        return single(None if start is None else start[0])
+    rows = generic / norms[:, None]
+    if start is not None:
+        k = min(len(start), b)
+        rows[:k] = start[:k] / np.linalg.norm(start[:k], axis=1, keepdims=True) + 0.01 * rows[:k]
+    block, r = np.linalg.qr(rows.T)
+    if np.abs(np.diag(r)).min() <= 1e-8:
+        return single(None if start is None else start[0])
+    basis = np.empty(((steps + 1) * b, p))
+    basis[:b] = block.T
+    band = np.zeros((b + 1, (steps + 1) * b))  # T's lower band: band[i - j, j] = T[i, j]
+    low, high = np.tril_indices(b), np.triu_indices(b)
+    u = basis[0]
+    for j in range(steps):
+        lo, m = j * b, (j + 1) * b
+        w = total(np.asarray(d @ (d_t @ np.ascontiguousarray(basis[lo:m].T)))).T  # (b, p)
+        a = basis[lo:m] @ w.T
+        band[low[0] - low[1], lo + low[1]] = (a + a.T)[low] / 2
+        # Full reorthogonalization, twice (Kahan), removes this block's and the last one's parts too.
+        for _ in range(2):
+            w -= (w @ basis[:m].T) @ basis[:m]
+        block, r = np.linalg.qr(w.T)
+        values, vectors = sla.eig_banded(band[:, :m], lower=True, select="i", select_range=(m - 1, m - 1))
+        theta, s = values[0], vectors[:, 0]
+        residual = float(np.linalg.norm(r @ s[-b:]))  # ||A y - theta y|| for y = basis[:m]^T s
+        upper = float(np.sqrt(max(theta, 0.0) + residual))
+        u = s @ basis[:m]
+        if residual <= tol * abs(theta) or (stop is not None and j >= 1 and stop(np.sqrt(max(theta, 0.0)), upper)):
+            _, top = sla.eig_banded(band[:, :m], lower=True, select="i", select_range=(m - b, m - 1))
+            ritz = top[:, ::-1].T @ basis[:m]
+            u = ritz[0] / np.linalg.norm(ritz[0])
+            v = total(d_t @ u)
+            sigma = float(np.linalg.norm(v))
+            return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma)), ritz
+        if np.abs(np.diag(r)).min() <= 1e-14 * scale:
+            break
+        basis[m : m + b] = block.T
+        band[b + high[0] - high[1], lo + high[1]] = r[high]  # T[m + i, lo + c] = r[i, c], upper triangular
+    return single(u)
