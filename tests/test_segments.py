@@ -197,3 +197,82 @@ def test_the_heuristic_pricer_reads_each_segment_of_v_alone_and_gets_the_same_pr
     np.testing.assert_allclose(pricers[1].products, pricers[0].products, rtol=1e-14, atol=1e-14)
     atom, _, images = pricers[1].price(rng.random(4))
     np.testing.assert_allclose(images, V @ atom.at(entries), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(40, 30), (30, 40)])
+def test_a_rank_one_image_from_the_segments_is_the_image_of_its_values(shape):
+    """V a by one sparse product per segment, without a's values (what column generation does at scale)."""
+    rng = np.random.default_rng(12)
+    flat, group, order = grouped(rng, shape, 500, 3)
+    entries = Entries(flat[order], shape)
+    V = np.zeros((4, flat.size))  # row 3 reads nothing
+    V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size)
+    X = fc.NuclearBall(shape, 2.0)
+    atom, _ = X.lmo_bounded(rng.standard_normal(flat.size), entries)  # builds the pattern, relabelled rows
+    assert X._pattern[1].row_order is not None
+    image = X.image(atom, V, entries, Segments.find(V))
+    np.testing.assert_allclose(image, V @ atom.at(entries), rtol=1e-13, atol=1e-14)
+    assert X.image(atom, V, entries, None) is None  # no segments: the caller evaluates
+    assert X.image(atom, V, Entries(flat, shape), Segments.find(V)) is None  # not the LMO's entries
+
+
+def spy(method, calls):
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return method(*args, **kwargs)
+
+    return counted
+
+
+@pytest.mark.parametrize("factors", [3, 12])
+def test_a_combination_of_atoms_by_one_sampled_product_is_the_sum_of_their_values(factors, monkeypatch):
+    """Mixtures are flattened and other atoms added apart; from SAMPLED_FACTORS rank-one terms one sampled
+    product (torch's sampled_addmm) gives them all, at relabelled rows and at entries in any order."""
+    from fullcomp.sets.atoms import DenseAtom, MixtureAtom, RankOneAtom
+
+    rng = np.random.default_rng(13)
+    shape = (30, 40)
+    flat, _, order = grouped(rng, shape, 400, 3)
+    X = fc.NuclearBall(shape, 2.0)
+    ones = [RankOneAtom(rng.standard_normal(shape[0]), rng.standard_normal(shape[1])) for _ in range(factors)]
+    atoms = [MixtureAtom(ones[:2], np.array([0.3, 0.7])), *ones[2:], DenseAtom(rng.standard_normal(shape))]
+    weights = rng.random(len(atoms))
+    dense = sum(w * a.dense() for w, a in zip(weights, atoms))
+    lmo, other = Entries(flat[order], shape), Entries(rng.permutation(flat), shape)
+    X._pattern_for(lmo)  # the LMO's entries (rows relabelled); the others get a pattern of their own
+    sampled = []
+    monkeypatch.setattr(lanczos.SparsePattern, "sample", spy(lanczos.SparsePattern.sample, sampled))
+    for entries in (lmo, other):
+        found = X.combination_at(atoms, weights, entries)
+        np.testing.assert_allclose(found, dense.reshape(-1)[entries.flat], rtol=1e-12, atol=1e-12)
+    assert len(sampled) == (2 if factors >= fc.sets.balls.SAMPLED_FACTORS else 0)
+    assert X._pattern[1].row_order is not None and (not sampled or X._other[1]._perm is not None)
+
+
+def test_column_generation_with_lazy_priced_atoms_certifies_against_cvxpy(monkeypatch):
+    """At scale a priced atom's image comes from the segments and its values wait for x, summed with the other
+    lazy atoms' by one sampled product: x and the certificate are those of CVXPY's optimum."""
+    from fullcomp.glmo import ColumnGenerationGLMO, colgen
+    from fullcomp.model.composite import Outer
+
+    monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
+    monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
+    rng = np.random.default_rng(5)
+    shape, n = (12, 10), 3
+    flat, group, order = grouped(rng, shape, 60, n)
+    entries = Entries(flat[order], shape)
+    V = np.zeros((n, flat.size))
+    V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size)
+    z = rng.standard_normal(n)
+    X = fc.NuclearBall(shape, 2.0)
+    glmo = ColumnGenerationGLMO(Outer(cp.max(fc.inner_value(n)), X), X)
+    res = glmo.solve(z, V, np.zeros(flat.size), tol=1e-6, entries=entries, start=fc.sets.atoms.ZeroAtom(shape))
+    assert glmo.lazy[glmo.active].sum() >= 2  # priced atoms kept lazy
+    W = cp.Variable(shape)
+    read = cp.hstack([W[i, j] for i, j in zip(entries.rows, entries.cols)])
+    reference = cp.Problem(cp.Minimize(cp.max(z + V @ read)), [cp.normNuc(W) <= 2.0])
+    reference.solve(solver="CLARABEL")
+    assert res.gap_bound <= 1e-6 and reference.value - 1e-6 <= res.value <= reference.value + 1e-6 + 1e-7
+    assert res.value == pytest.approx(float(np.max(z + V @ res.x)), abs=1e-10)  # x is the master's point
+    rebuilt = sum(w * a.at(entries) for a, w in zip(res.atoms, res.weights))
+    np.testing.assert_allclose(res.x, rebuilt, rtol=1e-12, atol=1e-12)

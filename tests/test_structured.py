@@ -354,12 +354,16 @@ def test_sparse_products_through_torch_give_the_iterates_of_scipy_products(monke
     assert torch.allclose(host.x_entries, torch_route.x_entries, rtol=0, atol=1e-7 * scale)
 
 
-def test_a_run_on_block_lanczos_resumes_exactly(tmp_path, monkeypatch):
-    """At scale the LMO runs block Lanczos from the last atom's Ritz vectors, which the atom carries: the
-    checkpoint keeps them, so the resumed run starts its next LMO where the uninterrupted one did."""
+def test_a_run_on_block_lanczos_and_lazy_atoms_resumes_exactly(tmp_path, monkeypatch):
+    """At scale the LMO runs block Lanczos from the last atom's Ritz vectors, which the atom carries, and priced
+    atoms stay lazy (x sums them by one sampled product): the checkpoint keeps both, so the resumed run starts
+    its next LMO where the uninterrupted one did and sums the same atoms the same way."""
     from fullcomp.experiments import completion_problem
+    from fullcomp.glmo import colgen
 
     monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+    monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
+    monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
     problem = completion_problem(fc.datasets.synthetic_ratings((40, 60), 1200, seed=1), batch=64).problem
     full = fc.hmsfw(problem, iters=8, seed=3, progress=False)
     assert any(isinstance(atom.ritz, tuple) for atom, _ in full.atoms)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import cvxpy as cp
 import numpy as np
@@ -11,10 +12,13 @@ import torch
 
 from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
-from fullcomp.sets.atoms import Atom, Entries, RankOneAtom
+from fullcomp.sets.atoms import Atom, Entries, MixtureAtom, RankOneAtom
 from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 from fullcomp.sets.lanczos import DevicePattern, SingularPair, SparsePattern
 from fullcomp.sets.subspace import RitzSubspace
+
+if TYPE_CHECKING:
+    from fullcomp.glmo.segments import Segments
 
 LANCZOS_TOL = 1e-7
 #: Up to this many rows or columns on the shorter side and this many entries, the top pair comes from a dense
@@ -27,11 +31,19 @@ SUBSPACE_ENTRIES = 2_000_000
 #: From this many entries (on sharded entries, all ranks') the sparse LMO runs block Lanczos
 #: (:func:`~fullcomp.sets.lanczos.top_singular_block`), warm-started from the hint's Ritz vectors.
 BLOCK_ENTRIES = 500_000
+#: From this many rank-one terms a combination of atoms is evaluated by one sampled product: at 10^7 entries
+#: that took 0.25-0.3 s for 5 to 60 terms, against about 35 ms a term one by one.
+SAMPLED_FACTORS = 8
 
 
 def small_pair(shape: tuple[int, int]) -> bool:
     """Whether the top singular pair of a matrix of ``shape`` is found densely rather than by Lanczos."""
     return min(shape) == 1 or (min(shape) <= DENSE_SIDE and shape[0] * shape[1] <= DENSE_SIZE)
+
+
+def flatten(atom: Atom) -> list[tuple[float, Atom]]:
+    """(weight, atom) of a mixture's members, or (1, the atom)."""
+    return list(zip(atom.weights, atom.atoms)) if isinstance(atom, MixtureAtom) else [(1.0, atom)]
 
 
 def warm_block(hint: Atom | None, side: str) -> np.ndarray | None:
@@ -149,6 +161,7 @@ class NuclearBall(Set):
         # Sparse LMO directions' CSR structure, and whether their Lanczos runs by blocks (BLOCK_ENTRIES).
         self._pattern: tuple[Entries, SparsePattern, bool] | None = None
         self._on_device: tuple[Entries, torch.device, DevicePattern] | None = None  # and its copy on a GPU
+        self._other: tuple[Entries, SparsePattern] | None = None  # the pattern of other entries sampled at
 
     @property
     def diameter(self) -> float:
@@ -214,6 +227,44 @@ class NuclearBall(Set):
         if on_device or len(entries) < SUBSPACE_ENTRIES or len(entries) == self.size or small_pair(self.shape):
             return None
         return RitzSubspace(self.radius, entries, self._pattern_for(entries))
+
+    def combination_at(self, atoms: list[Atom], weights: np.ndarray, entries: Entries) -> np.ndarray:
+        """sum_j weights_j atoms_j at the entries; from :data:`SAMPLED_FACTORS` rank-one terms (mixtures
+        flattened) on sparse entries, by one sampled product U W^T of their stacked factors."""
+        terms = [(w * v, member) for w, atom in zip(weights, atoms) for v, member in flatten(atom)]
+        factors = [(w, a) for w, a in terms if isinstance(a, RankOneAtom)]
+        if len(factors) < SAMPLED_FACTORS or len(entries) == self.size:
+            return super().combination_at([a for _, a in terms], np.array([w for w, _ in terms]), entries)
+        others = [(w, a) for w, a in terms if not isinstance(a, RankOneAtom)]
+        left = np.stack([w * a.u for w, a in factors], axis=1)
+        out = self._sampling_pattern(entries).sample(left, np.stack([a.v for _, a in factors], axis=1))
+        if others:
+            out += super().combination_at([a for _, a in others], np.array([w for w, _ in others]), entries)
+        return out
+
+    def image(self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None) -> np.ndarray | None:
+        """V a for a rank-one atom a = u v^T as u^T V_g v, V_g the matrix of V's row g on its segment: one sparse
+        product over the entries, against evaluating a there (0.1 s at 10^7 entries) and multiplying.  For the
+        LMO's own entries held in CSR order (each row's entries together) with known segments."""
+        held = self._pattern
+        if not isinstance(atom, RankOneAtom) or segments is None or held is None or held[0] is not entries:
+            return None
+        pattern = held[1]
+        if pattern._perm is not None:
+            return None
+        u, out = pattern.to_rows(atom.u), np.zeros(len(V))
+        for g, lo, hi in zip(segments.rows, segments.lo, segments.hi):
+            out[g] += u @ (pattern.part(V[g, lo:hi], lo, hi)[0] @ atom.v)
+        return entries.total(out)
+
+    def _sampling_pattern(self, entries: Entries) -> SparsePattern:
+        """The LMO's pattern for its entries, another (kept too) for others: a run samples at the entries it
+        reads and at those it tracks."""
+        if self._pattern is not None and self._pattern[0] is entries:
+            return self._pattern[1]
+        if self._other is None or self._other[0] is not entries:
+            self._other = (entries, SparsePattern(entries.rows, entries.cols, self.shape))
+        return self._other[1]
 
     def _pattern_for(self, entries: Entries) -> SparsePattern:
         if self._pattern is None or self._pattern[0] is not entries:

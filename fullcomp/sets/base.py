@@ -14,6 +14,7 @@ from fullcomp.errors import DomainError
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries
 
 if TYPE_CHECKING:
+    from fullcomp.glmo.segments import Segments
     from fullcomp.sets.subspace import RitzSubspace
 
 Array = Any  # numpy array or torch tensor; results come back in the type given
@@ -133,6 +134,19 @@ class Set(ABC):
         """
         atom = self.lmo_atom(direction, entries, hint)
         return atom, float(direction @ atom.at(entries))
+
+    def combination_at(self, atoms: list[Atom], weights: np.ndarray, entries: Entries) -> np.ndarray:
+        """sum_j weights_j atoms_j at the entries."""
+        out, term = np.zeros(len(entries)), np.empty(len(entries))
+        for w, atom in zip(weights, atoms):
+            out += np.multiply(atom.at(entries, out=term), w, out=term)
+        return out
+
+    def image(self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None) -> np.ndarray | None:
+        """V a for an atom a of this set on ``entries`` (V is (n, len(entries)), ``segments`` its one-row column
+        ranges, :mod:`fullcomp.glmo.segments`) without a's values there, or None when the set has no such way:
+        the caller then evaluates a and multiplies."""
+        return None
 
     def subspace(self, entries: Entries, device: torch.device | None = None) -> RitzSubspace | None:
         """A heuristic pricer for directions on ``entries`` in a run on ``device`` (see

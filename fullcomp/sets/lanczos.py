@@ -66,6 +66,7 @@ class SparsePattern:
         self._draws: tuple[np.ndarray, np.ndarray] | None = None
         self._block_draws: dict[tuple[bool, int], np.ndarray] = {}
         self._host: tuple[torch.Tensor, torch.Tensor] | None = None  # the CSR structure as torch tensors
+        self._sampler: torch.Tensor | None = None  # and as a torch CSR matrix of int64 indices, for sample()
 
     def fill(self, values: np.ndarray) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays.
@@ -91,6 +92,26 @@ class SparsePattern:
             values = torch.from_numpy(matrix.data)
             csr = torch.sparse_csr_tensor(*self._host, values, size=matrix.shape, check_invariants=False)
         return DeviceMatrix(csr, matrix.data), transpose
+
+    def sample(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """The values of left @ right.T (P x k and Q x k factors) at the pattern's entries, in their order: one
+        sampled product (torch's sampled_addmm)."""
+        left = torch.from_numpy(np.ascontiguousarray(self.to_rows(left), dtype=np.float64))
+        right = torch.from_numpy(np.ascontiguousarray(right.T, dtype=np.float64))
+        with warnings.catch_warnings():  # torch says once per process that sparse CSR support is in beta
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+            if self._sampler is None:
+                crow, col = (torch.from_numpy(a.astype(np.int64)) for a in (self.matrix.indptr, self.matrix.indices))
+                zeros = torch.zeros(col.numel(), dtype=torch.float64)
+                self._sampler = torch.sparse_csr_tensor(
+                    crow, col, zeros, size=self.matrix.shape, check_invariants=False
+                )
+            out = torch.sparse.sampled_addmm(self._sampler, left, right, beta=0.0).values().numpy()
+        if self._perm is None:
+            return out
+        values = np.empty_like(out)
+        values[self._perm] = out
+        return values
 
     def part(self, values: np.ndarray, lo: int, hi: int) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix holding ``values`` at the pattern's entries lo:hi and zero elsewhere, and its transpose,
