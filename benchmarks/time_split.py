@@ -54,24 +54,35 @@ class TimeSplit:
 
 
 class SparseProducts:
-    """``with SparseProducts() as count: ...``; then ``count.products``: scipy sparse matrix-vector products
-    (each Lanczos step takes two), the work a fixed pricing budget does not fix."""
+    """``with SparseProducts() as count: ...``; then ``count.products``: sparse products of a matrix with a
+    vector or a block of vectors, scipy's and torch's (each Lanczos step takes two, a block step too), the work
+    a fixed pricing budget does not fix."""
 
     def __enter__(self) -> SparseProducts:
         import scipy.sparse._compressed as compressed
 
-        self._cls, self.products = compressed._cs_matrix, 0
-        self._real = real = self._cls._matmul_vector
+        from fullcomp.sets import lanczos
 
+        self.products = 0
+        self._patched = [
+            (compressed._cs_matrix, name, compressed._cs_matrix.__dict__[name])
+            for name in ("_matmul_vector", "_matmul_multivector")
+        ]
+        self._patched.append((lanczos.DeviceMatrix, "__matmul__", lanczos.DeviceMatrix.__matmul__))
+        for cls, name, real in self._patched:
+            setattr(cls, name, self._counted(real))
+        return self
+
+    def _counted(self, real):
         def counted(matrix, other):
             self.products += 1
             return real(matrix, other)
 
-        self._cls._matmul_vector = counted
-        return self
+        return counted
 
     def __exit__(self, *exc) -> None:
-        self._cls._matmul_vector = self._real
+        for cls, name, real in self._patched:
+            setattr(cls, name, real)
 
 
 def floor(problem, rounds: int = 3) -> float:
