@@ -276,3 +276,27 @@ def test_column_generation_with_lazy_priced_atoms_certifies_against_cvxpy(monkey
     assert res.value == pytest.approx(float(np.max(z + V @ res.x)), abs=1e-10)  # x is the master's point
     rebuilt = sum(w * a.at(entries) for a, w in zip(res.atoms, res.weights))
     np.testing.assert_allclose(res.x, rebuilt, rtol=1e-12, atol=1e-12)
+
+
+def test_a_sharded_row_block_is_read_group_by_group_and_takes_the_segmented_path(monkeypatch):
+    """A rank's block of rows comes group by group, as the whole problem does: its pattern relabels its rows
+    (the split Lanczos runs on the columns, which keep d's coordinates) and V has one segment per group."""
+    from fullcomp.experiments import sharded_completion_problem
+    from fullcomp.glmo import ColumnGenerationGLMO
+
+    found, real = [], ColumnGenerationGLMO.solve
+
+    def solve(self, *args, **kwargs):
+        res = real(self, *args, **kwargs)
+        found.append(self._segments[1])
+        return res
+
+    monkeypatch.setattr(ColumnGenerationGLMO, "solve", solve)
+    data = fc.datasets.synthetic_ratings(shape=(60, 40), n_ratings=900, seed=0)
+    problem = sharded_completion_problem(data, "max", batch=16, rank=1, size=2)
+    fc.hmsfw(problem, iters=3, seed=0, progress=False)
+    pattern = problem.domain._pattern[1]
+    assert pattern.row_order is not None and pattern._perm is None
+    assert all(b is not None and len(b.rows) <= data.n_groups for b in found)
+    columns = sharded_completion_problem(data, "max", batch=16, rank=1, size=2, blocks="cols")
+    assert np.all(np.diff(columns.reads.flat) > 0)  # a column block stays row-major: its rows are shared

@@ -637,3 +637,24 @@ def test_the_lmo_by_blocks_stopped_early_is_feasible_and_bounds_the_optimum(shar
         assert all(lo <= v for v, lo in seen) and atom.ritz is not None
         if checks is None:
             assert value == pytest.approx(optimum, rel=1e-12) and lower == pytest.approx(optimum, rel=1e-6)
+
+
+@pytest.mark.parametrize("by_blocks", [False, True])
+def test_a_sharded_row_block_with_relabelled_rows_prices_the_whole_matrix_atom(by_blocks, monkeypatch):
+    """A rank holding whole rows, read group by group, relabels them; the split Lanczos (one rank here) runs on
+    the columns and maps the row side back before summing it over the ranks: the atom is the plain LMO's."""
+    if by_blocks:
+        monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+    shape = (90, 60)
+    entries, values, dense = sparse_direction(shape, 0.2, 31, grouped=True)
+    sharded = fc.sets.atoms.Entries(entries.flat, shape, sharded=True)
+    X = fc.NuclearBall(shape, 2.0)
+    atom, lower = X.lmo_bounded(values, sharded)
+    assert X._pattern[1].row_order is not None
+    u, s, vt = np.linalg.svd(dense)
+    sign = np.sign(atom.u @ u[:, 0]) * -1.0
+    np.testing.assert_allclose(-atom.u / 2.0 * sign, u[:, 0], atol=1e-6)
+    np.testing.assert_allclose(atom.v * sign, vt[0], atol=1e-6)
+    assert -2.0 * s[0] * (1 + 1e-7) <= lower <= -2.0 * s[0] * (1 - 1e-12)
+    again, _ = X.lmo_bounded(values + 0.01, sharded, hint=atom)  # warm: the hint's vectors in d's coordinates
+    assert float(np.sum(dense * again.dense())) <= -2.0 * s[0] * (1 - 1e-3)

@@ -189,7 +189,10 @@ def sharded_completion_problem(
     bounds = row_blocks(index, extent, size)
     mine = np.flatnonzero((index >= bounds[rank]) & (index < bounds[rank + 1]))
     flat = train.rows[mine] * np.int64(q) + train.cols[mine]
-    order = np.argsort(flat, kind="stable")  # row-major reads: the sparse direction needs no permutation
+    # A block of rows is read group by group, each group's in row-major order, as completion_problem reads all
+    # (each group's row of V on one range of the reads; the rank's pattern relabels its rows).  A block of
+    # columns in row-major order: its split Lanczos runs on the rows, which keep d's coordinates.
+    order = np.lexsort((flat, train.groups[mine])) if blocks == "rows" else np.argsort(flat, kind="stable")
     mine, flat = mine[order], flat[order]
     groups = train.groups[mine]
     n = data.n_groups

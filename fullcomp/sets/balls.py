@@ -268,8 +268,10 @@ class NuclearBall(Set):
 
     def _pattern_for(self, entries: Entries) -> SparsePattern:
         if self._pattern is None or self._pattern[0] is not entries:
-            # Every rank's vectors of the split Lanczos are in the same coordinates: no relabelled rows.
-            pattern = SparsePattern(entries.rows, entries.cols, self.shape, relabel=not entries.sharded)
+            # The split Lanczos sums the vectors of its side over the ranks, so that side keeps d's coordinates:
+            # a rank's rows may be relabelled only when it holds whole rows (the iteration is on the columns).
+            relabel = not entries.sharded or entries.blocks == "rows"
+            pattern = SparsePattern(entries.rows, entries.cols, self.shape, relabel=relabel)
             # Decided on every rank's entries together, so that the ranks run the same iteration.
             count = float(entries.total(np.array([len(entries)], dtype=np.float64))[0])
             blocked = count >= BLOCK_ENTRIES and min(self.shape) >= 8 * lanczos.BLOCK
@@ -313,23 +315,28 @@ class NuclearBall(Set):
         if entries.sharded or (pattern is not None and self._pattern[2]):
             # Sharded, this rank holds a block of the direction's rows (columns): Lanczos on the column (row)
             # side, where each product is local and one all-reduce of a Q- (P-) vector completes it (DFW-Trace's
-            # distributed power method).  Otherwise on the shorter side, by blocks at scale.
+            # distributed power method).  Otherwise on the shorter side, by blocks at scale.  Relabelled rows
+            # (never the iteration's side on sharded entries) go back to d's before any sum over the ranks.
             on_rows = entries.blocks == "cols" if entries.sharded else self.shape[0] <= self.shape[1]
             side, other = (matrix, transpose) if on_rows else (transpose, matrix)
             name, total = ("u" if on_rows else "v"), (entries.total if entries.sharded else None)
+            shared = None if on_rows else pattern.from_rows
             if self._pattern[2]:
                 start = warm_block(hint, name)
                 start = start if start is None or not on_rows else pattern.to_rows(start.T).T
                 draws = pattern.block_draws(on_rows, lanczos.BLOCK)
                 (a, sigma, b, upper), found = lanczos.top_singular_block(
-                    side, other, start, LANCZOS_TOL, stop=stop, total=total, draws=draws
+                    side, other, start, LANCZOS_TOL, stop=stop, total=total, draws=draws, to_shared=shared
                 )
                 ritz = None if found is None else (name, found if not on_rows else pattern.from_rows(found.T).T)
             else:
                 start = getattr(hint, name) if isinstance(hint, RankOneAtom) else None
-                a, sigma, b, upper = lanczos.top_singular_pair(side, other, start, LANCZOS_TOL, stop=stop, total=total)
-            u, v = (a, b) if on_rows else (b, a)
-            u = pattern.from_rows(u)
+                draws = pattern.draws()
+                draws = draws if draws is None or on_rows else draws[::-1]
+                a, sigma, b, upper = lanczos.top_singular_pair(
+                    side, other, start, LANCZOS_TOL, stop=stop, total=total, draws=draws, to_shared=shared
+                )
+            u, v = (pattern.from_rows(a), b) if on_rows else (b, a)
         else:
             start = None
             if isinstance(hint, RankOneAtom):

@@ -255,6 +255,7 @@ def top_singular_pair(
     stop: Callable[[float, float], bool] | None = None,
     total: Callable[[np.ndarray], np.ndarray] | None = None,
     draws: tuple[np.ndarray, np.ndarray] | None = None,
+    to_shared: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> SingularPair:
     """The top singular pair of d (P x Q, P <= Q) and an upper bound on its value.
 
@@ -273,8 +274,10 @@ def top_singular_pair(
 
     ``draws``: the generic vectors (of d's two sides) the iteration starts from, :func:`fixed_draw` of each
     size by default; a caller whose d is another matrix with its rows permuted passes them permuted too,
-    so that the iteration is that matrix's.
+    so that the iteration is that matrix's.  ``to_shared`` maps the other side's vector d^T u back from such
+    a permutation (before ``total`` sums it: each rank may permute its own columns of d).
     """
+    to_shared = to_shared or (lambda vector: vector)
     split = total is not None
     total = total or (lambda partial: partial)
     p = d.shape[0]
@@ -332,7 +335,7 @@ def top_singular_pair(
         ):
             u = vec @ basis[: j + 1]
             u /= np.linalg.norm(u)
-            v = total(d_t @ u)
+            v = total(to_shared(d_t @ u))
             sigma = float(np.linalg.norm(v))
             return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma))
         if j + 1 < steps:
@@ -340,7 +343,7 @@ def top_singular_pair(
     if isinstance(d, DeviceMatrix):
         d = spla.LinearOperator(d.shape, matvec=d.__matmul__, rmatvec=d_t.__matmul__, dtype=np.float64)
     u, s, vt = spla.svds(d, k=1, tol=tol)
-    return SingularPair(u[:, 0], float(s[0]), vt[0], float(s[0]))
+    return SingularPair(u[:, 0], float(s[0]), to_shared(vt[0]), float(s[0]))
 
 
 #: Vectors per block of :func:`top_singular_block`.
@@ -357,6 +360,7 @@ def top_singular_block(
     total: Callable[[np.ndarray], np.ndarray] | None = None,
     draws: np.ndarray | None = None,
     size: int | None = None,
+    to_shared: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[SingularPair, np.ndarray | None]:
     """:func:`top_singular_pair` by block Lanczos, and the top ``size`` Ritz vectors (rows, best first) of d d^T
     found with the pair, which warm-start the next call as its ``start``; ``size`` is :data:`BLOCK` by default.
@@ -369,7 +373,8 @@ def top_singular_block(
     ``start``: up to ``size`` unit vectors of R^p as rows; each takes a little of a generic vector of d's range
     (as a single start does), and generic range vectors complete the block.  ``draws``: the (size, q) generic
     vectors of d's column side those come from (rows permuted with d's columns, as for
-    :func:`top_singular_pair`), :func:`fixed_draw` by default.  Stopping, ``tol`` and ``total`` as there;
+    :func:`top_singular_pair`), :func:`fixed_draw` by default.  Stopping, ``tol``, ``total`` and ``to_shared``
+    as there;
     ``stop`` is asked from the second block on: the first block's Rayleigh-Ritz bound was not yet a bound in
     tests/test_sets.py.  A block that loses
     rank (an invariant subspace, or d of lower rank than the space) and a block that has not converged after
@@ -388,7 +393,8 @@ def top_singular_block(
     scale, generic = float(reduced[0]), reduced[1:].reshape(b, p)
 
     def single(u: np.ndarray | None) -> tuple[SingularPair, None]:
-        return top_singular_pair(d, d_t, u, tol, max_iter, stop, total if split else None), None
+        pair_draws = (fixed_draw(p), draws[0])
+        return top_singular_pair(d, d_t, u, tol, max_iter, stop, total if split else None, pair_draws, to_shared), None
 
     norms = np.linalg.norm(generic, axis=1)
     if scale == 0 or steps < 2 or not np.all(norms > 0):
@@ -423,7 +429,7 @@ def top_singular_block(
             _, top = sla.eig_banded(band[:, :m], lower=True, select="i", select_range=(m - b, m - 1))
             ritz = top[:, ::-1].T @ basis[:m]
             u = ritz[0] / np.linalg.norm(ritz[0])
-            v = total(d_t @ u)
+            v = total(d_t @ u if to_shared is None else to_shared(d_t @ u))
             sigma = float(np.linalg.norm(v))
             return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma)), ritz
         if np.abs(np.diag(r)).min() <= 1e-14 * scale:
