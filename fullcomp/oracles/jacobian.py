@@ -171,7 +171,11 @@ class InnerOracle:
             where = f"at iteration {k}"
             check_inner_output(value, self.n, where)
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
-        value, jac = value.detach().to(self.dtype), jac.detach().to(self.dtype).reshape(self.n, -1)
+        if value.requires_grad or jac.requires_grad:  # jacrev's outputs; the backward passes' are plain
+            value, jac = value.detach(), jac.detach()
+        if value.dtype != self.dtype or jac.dtype != self.dtype:
+            value, jac = value.to(self.dtype), jac.to(self.dtype)
+        jac = jac.reshape(self.n, -1)
         if self.touches is not None:  # repeated positions add up in their column
             sums = jac.new_zeros(self.n, columns.numel()).index_add_(1, inverse, jac)
             jac = BatchJacobian(columns, sums, int(self.shape[0]))
