@@ -374,11 +374,10 @@ def top_singular_block(
     (as a single start does), and generic range vectors complete the block.  ``draws``: the (size, q) generic
     vectors of d's column side those come from (rows permuted with d's columns, as for
     :func:`top_singular_pair`), :func:`fixed_draw` by default.  Stopping, ``tol``, ``total`` and ``to_shared``
-    as there;
-    ``stop`` is asked from the second block on: the first block's Rayleigh-Ritz bound was not yet a bound in
-    tests/test_sets.py.  A block that loses
-    rank (an invariant subspace, or d of lower rank than the space) and a block that has not converged after
-    ``max_iter`` vectors hand over to :func:`top_singular_pair` from the best Ritz vector.
+    as there, but ``stop`` is asked from the second block on: the first block's Rayleigh-Ritz bound was not yet
+    a bound in tests/test_sets.py.  A block that loses rank (an invariant subspace, or d of lower rank than the
+    space) and a block that has not converged after ``max_iter`` vectors hand over to
+    :func:`top_singular_pair` from the best Ritz vector.
     """
     split = total is not None
     total = total or (lambda partial: partial)
