@@ -60,13 +60,18 @@ def test_a_map_on_the_touched_entries_runs_on_cuda():
     assert np.linalg.svd(res.x.cpu().numpy(), compute_uv=False).sum() <= 2.0 + 1e-8
 
 
-def test_the_nuclear_lmo_multiplies_on_the_gpu_of_a_cuda_run(monkeypatch):
-    """Sparse Lanczos products through torch on the GPU: the same atom as scipy's, and used by a CUDA run."""
+@pytest.mark.parametrize("by_blocks", [False, True])
+def test_the_nuclear_lmo_multiplies_on_the_gpu_of_a_cuda_run(by_blocks, monkeypatch):
+    """Sparse Lanczos products through torch on the GPU: the same atom as scipy's, and used by a CUDA run
+    (``by_blocks``: the block iteration of large patterns, its products on blocks of vectors)."""
     import cvxpy as cp
     import numpy as np
 
     import fullcomp as fc
     from fullcomp.sets import lanczos
+
+    if by_blocks:
+        monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
 
     shape, groups, n = (120, 90), 3, 2000
     rng = np.random.default_rng(2)

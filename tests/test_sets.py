@@ -386,10 +386,14 @@ def test_exact_lmos_bound_with_their_own_value():
     assert lower == pytest.approx(float(direction @ atom.at(entries)), rel=1e-15)
 
 
+@pytest.mark.parametrize("by_blocks", [False, True])
 @pytest.mark.parametrize("shape", [(300, 200), (200, 300)])
 @pytest.mark.parametrize("row_order", [True, False])
-def test_sparse_products_on_a_torch_device_match_scipy(shape, row_order, monkeypatch):
-    """The GPU route (torch CSR products from host Lanczos vectors), exercised on the CPU."""
+def test_sparse_products_on_a_torch_device_match_scipy(shape, row_order, by_blocks, monkeypatch):
+    """The GPU route (torch CSR products from host Lanczos vectors), exercised on the CPU; ``by_blocks``: the
+    block iteration, whose products take blocks of vectors there."""
+    if by_blocks:
+        monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
     rng = np.random.default_rng(11)
     flat = rng.choice(shape[0] * shape[1], size=3000, replace=False)
     flat = np.sort(flat) if row_order else flat
@@ -410,6 +414,7 @@ def test_sparse_products_on_a_torch_device_match_scipy(shape, row_order, monkeyp
     monkeypatch.setattr(lanczos.DeviceMatrix, "__matmul__", spy(lanczos.DeviceMatrix.__matmul__, products))
     on_device, lower = X.lmo_bounded(direction, entries, hint=start, device=torch.device("cpu"))
     assert products and X._on_device[2].device == torch.device("cpu")
+    assert (on_device.ritz is not None) == by_blocks
     sigma = np.linalg.svd(dense, compute_uv=False)[0]
     # Another product order can end the iteration at another check: the bounds agree to the Lanczos tolerance.
     assert lower == pytest.approx(host_lower, rel=1e-7) and lower <= -2.0 * sigma * (1 - 1e-12)
