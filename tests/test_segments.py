@@ -128,11 +128,17 @@ def test_a_start_on_relabelled_rows_is_the_same_iteration(shape, monkeypatch):
         np.testing.assert_allclose(found[0], found[1], rtol=1e-12)
 
 
-def test_column_generation_on_segments_certifies_against_cvxpy():
-    """A group-by-group V: the GLMO finds its segments, and its answer is the CVXPY optimum to its gap."""
-    from fullcomp.glmo import ColumnGenerationGLMO
+@pytest.mark.parametrize("lazy", [False, True])
+def test_column_generation_on_segments_certifies_against_cvxpy(lazy, monkeypatch):
+    """A group-by-group V: the GLMO finds its segments, and its answer is the CVXPY optimum to its gap.  ``lazy``:
+    as at scale, a priced atom's image comes from the segments and its values wait for x, summed with the other
+    lazy atoms' by one sampled product."""
+    from fullcomp.glmo import ColumnGenerationGLMO, colgen
     from fullcomp.model.composite import Outer
 
+    if lazy:
+        monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
+        monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
     rng = np.random.default_rng(5)
     shape, n = (12, 10), 3
     flat, group, order = grouped(rng, shape, 60, n)
@@ -145,11 +151,15 @@ def test_column_generation_on_segments_certifies_against_cvxpy():
     start = fc.sets.atoms.ZeroAtom(shape)
     res = glmo.solve(z, V, np.zeros(flat.size), tol=1e-6, entries=entries, start=start)
     assert glmo._segments[1] is not None and len(glmo._segments[1].rows) == n
+    assert (glmo.lazy[glmo.active].sum() >= 2) == lazy  # priced atoms kept lazy, or evaluated
     W = cp.Variable(shape)
     read = cp.hstack([W[i, j] for i, j in zip(entries.rows, entries.cols)])
     reference = cp.Problem(cp.Minimize(cp.max(z + V @ read)), [cp.normNuc(W) <= 2.0])
     reference.solve(solver="CLARABEL")
     assert res.gap_bound <= 1e-6 and reference.value - 1e-6 <= res.value <= reference.value + 1e-6 + 1e-7
+    assert res.value == pytest.approx(float(np.max(z + V @ res.x)), abs=1e-10)  # x is the master's point
+    rebuilt = sum(w * a.at(entries) for a, w in zip(res.atoms, res.weights))
+    np.testing.assert_allclose(res.x, rebuilt, rtol=1e-12, atol=1e-12)
 
 
 def test_the_completion_experiment_takes_the_segmented_path(monkeypatch):
@@ -247,35 +257,6 @@ def test_a_combination_of_atoms_by_one_sampled_product_is_the_sum_of_their_value
         np.testing.assert_allclose(found, dense.reshape(-1)[entries.flat], rtol=1e-12, atol=1e-12)
     assert len(sampled) == (2 if factors >= fc.sets.balls.SAMPLED_FACTORS else 0)
     assert X._pattern[1].row_order is not None and (not sampled or X._other[1]._perm is not None)
-
-
-def test_column_generation_with_lazy_priced_atoms_certifies_against_cvxpy(monkeypatch):
-    """At scale a priced atom's image comes from the segments and its values wait for x, summed with the other
-    lazy atoms' by one sampled product: x and the certificate are those of CVXPY's optimum."""
-    from fullcomp.glmo import ColumnGenerationGLMO, colgen
-    from fullcomp.model.composite import Outer
-
-    monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
-    monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
-    rng = np.random.default_rng(5)
-    shape, n = (12, 10), 3
-    flat, group, order = grouped(rng, shape, 60, n)
-    entries = Entries(flat[order], shape)
-    V = np.zeros((n, flat.size))
-    V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size)
-    z = rng.standard_normal(n)
-    X = fc.NuclearBall(shape, 2.0)
-    glmo = ColumnGenerationGLMO(Outer(cp.max(fc.inner_value(n)), X), X)
-    res = glmo.solve(z, V, np.zeros(flat.size), tol=1e-6, entries=entries, start=fc.sets.atoms.ZeroAtom(shape))
-    assert glmo.lazy[glmo.active].sum() >= 2  # priced atoms kept lazy
-    W = cp.Variable(shape)
-    read = cp.hstack([W[i, j] for i, j in zip(entries.rows, entries.cols)])
-    reference = cp.Problem(cp.Minimize(cp.max(z + V @ read)), [cp.normNuc(W) <= 2.0])
-    reference.solve(solver="CLARABEL")
-    assert res.gap_bound <= 1e-6 and reference.value - 1e-6 <= res.value <= reference.value + 1e-6 + 1e-7
-    assert res.value == pytest.approx(float(np.max(z + V @ res.x)), abs=1e-10)  # x is the master's point
-    rebuilt = sum(w * a.at(entries) for a, w in zip(res.atoms, res.weights))
-    np.testing.assert_allclose(res.x, rebuilt, rtol=1e-12, atol=1e-12)
 
 
 def test_a_sharded_row_block_is_read_group_by_group_and_takes_the_segmented_path(monkeypatch):

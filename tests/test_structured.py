@@ -71,15 +71,18 @@ def test_reads_validation():
         fc.CompositeProblem(cp.max(u), group_losses, X, sampler=sampler, track=TRACK)
 
 
-@pytest.mark.parametrize(
-    "touched, subspace", [(False, False), (True, False), (True, True)], ids=["reads", "touches", "subspace"]
-)
-def test_an_interrupted_structured_run_resumes_exactly(tmp_path, touched, subspace, monkeypatch):
+@pytest.mark.parametrize("variant", ["reads", "touches", "subspace", "blocks"])
+def test_an_interrupted_structured_run_resumes_exactly(tmp_path, variant, monkeypatch):
     """Its state holds atoms and numpy-scalar weights (and, for a map on the touched entries, the tracker's
     revision with its sparse sample, and the heuristic pricer's basis and products): the checkpoint must
-    load them with weights_only."""
-    from fullcomp.glmo import ColumnGenerationGLMO
+    load them with weights_only.  ``blocks``: as at scale, the LMO runs block Lanczos from the last atom's
+    Ritz vectors, which the atom carries, and priced atoms stay lazy (x sums them by one sampled product); the
+    checkpoint keeps both, so the resumed run starts its next LMO where the uninterrupted one did and sums the
+    same atoms the same way."""
+    from fullcomp.experiments import completion_problem
+    from fullcomp.glmo import ColumnGenerationGLMO, colgen
 
+    touched, subspace = variant in ("touches", "subspace"), variant == "subspace"
     heuristic = []
     if subspace:
         monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
@@ -92,8 +95,15 @@ def test_an_interrupted_structured_run_resumes_exactly(tmp_path, touched, subspa
             return res
 
         monkeypatch.setattr(ColumnGenerationGLMO, "solve", counted)
-    structured = touched_problem() if touched else problems(cp.max)[1]
+    if variant == "blocks":
+        monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+        monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
+        monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
+        structured = completion_problem(fc.datasets.synthetic_ratings((40, 60), 1200, seed=1), batch=64).problem
+    else:
+        structured = touched_problem() if touched else problems(cp.max)[1]
     full = fc.hmsfw(structured, iters=8, seed=3, progress=False)
+    assert any(isinstance(getattr(atom, "ritz", None), tuple) for atom, _ in full.atoms) == (variant == "blocks")
     ckpt = fc.Checkpoint(tmp_path / "run.ckpt", every=3)
 
     def interrupt(it):
@@ -104,6 +114,7 @@ def test_an_interrupted_structured_run_resumes_exactly(tmp_path, touched, subspa
         fc.hmsfw(structured, iters=8, seed=3, progress=False, checkpoint=ckpt, callback=interrupt)
     resumed = fc.hmsfw(structured, iters=8, seed=3, progress=False, checkpoint=ckpt)
     assert resumed.info["resumed_from"] == 5 and torch.equal(resumed.x, full.x)
+    assert torch.equal(resumed.x_entries, full.x_entries)
     # A finished run extended: its closing row's GLMO moved the pool on, which the checkpoint must not keep.
     longer = fc.hmsfw(structured, iters=12, seed=3, progress=False, checkpoint=ckpt)
     whole = fc.hmsfw(structured, iters=12, seed=3, progress=False)
@@ -352,28 +363,3 @@ def test_sparse_products_through_torch_give_the_iterates_of_scipy_products(monke
     # torch sums each product in another order; the masters amplify the last bits (2e-9 of max |x| measured).
     scale = float(host.x_entries.abs().max())
     assert torch.allclose(host.x_entries, torch_route.x_entries, rtol=0, atol=1e-7 * scale)
-
-
-def test_a_run_on_block_lanczos_and_lazy_atoms_resumes_exactly(tmp_path, monkeypatch):
-    """At scale the LMO runs block Lanczos from the last atom's Ritz vectors, which the atom carries, and priced
-    atoms stay lazy (x sums them by one sampled product): the checkpoint keeps both, so the resumed run starts
-    its next LMO where the uninterrupted one did and sums the same atoms the same way."""
-    from fullcomp.experiments import completion_problem
-    from fullcomp.glmo import colgen
-
-    monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
-    monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
-    monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
-    problem = completion_problem(fc.datasets.synthetic_ratings((40, 60), 1200, seed=1), batch=64).problem
-    full = fc.hmsfw(problem, iters=8, seed=3, progress=False)
-    assert any(isinstance(atom.ritz, tuple) for atom, _ in full.atoms)
-    ckpt = fc.Checkpoint(tmp_path / "run.ckpt", every=3)
-
-    def interrupt(it):
-        if it.k == 4:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        fc.hmsfw(problem, iters=8, seed=3, progress=False, checkpoint=ckpt, callback=interrupt)
-    resumed = fc.hmsfw(problem, iters=8, seed=3, progress=False, checkpoint=ckpt)
-    assert resumed.info["resumed_from"] == 5 and torch.equal(resumed.x_entries, full.x_entries)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from fullcomp.errors import DomainError
-from fullcomp.sets.atoms import Atom, DenseAtom, Entries
+from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
 
 if TYPE_CHECKING:
     from fullcomp.glmo.segments import Segments
@@ -136,11 +136,8 @@ class Set(ABC):
         return atom, float(direction @ atom.at(entries))
 
     def combination_at(self, atoms: list[Atom], weights: np.ndarray, entries: Entries) -> np.ndarray:
-        """sum_j weights_j atoms_j at the entries."""
-        out, term = np.zeros(len(entries)), np.empty(len(entries))
-        for w, atom in zip(weights, atoms):
-            out += np.multiply(atom.at(entries, out=term), w, out=term)
-        return out
+        """sum_j weights_j atoms_j at the entries (at least one atom)."""
+        return MixtureAtom(atoms, weights).at(entries)
 
     def image(self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None) -> np.ndarray | None:
         """V a for an atom a of this set on ``entries`` (V is (n, len(entries)), ``segments`` its one-row column

@@ -66,7 +66,7 @@ class SparsePattern:
         self._draws: tuple[np.ndarray, np.ndarray] | None = None
         self._block_draws: dict[tuple[bool, int], np.ndarray] = {}
         self._host: tuple[torch.Tensor, torch.Tensor] | None = None  # the CSR structure as torch tensors
-        self._sampler: torch.Tensor | None = None  # and as a torch CSR matrix of int64 indices, for sample()
+        self._sampler: torch.Tensor | None = None  # the pattern as a torch CSR matrix of zeros, for sample()
 
     def fill(self, values: np.ndarray) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays.
@@ -85,27 +85,25 @@ class SparsePattern:
         matrix, transpose = self.fill(values)
         if not torch.backends.mkl.is_available():
             return matrix, transpose
+        return DeviceMatrix(self._torch(torch.from_numpy(matrix.data)), matrix.data), transpose
+
+    def _torch(self, values: torch.Tensor) -> torch.Tensor:
+        """The pattern as a torch CSR matrix holding ``values``, on the host; its structure shares scipy's."""
         if self._host is None:
-            self._host = (torch.from_numpy(matrix.indptr), torch.from_numpy(matrix.indices))
+            self._host = (torch.from_numpy(self.matrix.indptr), torch.from_numpy(self.matrix.indices))
         with warnings.catch_warnings():  # torch says once per process that sparse CSR support is in beta
             warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
-            values = torch.from_numpy(matrix.data)
-            csr = torch.sparse_csr_tensor(*self._host, values, size=matrix.shape, check_invariants=False)
-        return DeviceMatrix(csr, matrix.data), transpose
+            return torch.sparse_csr_tensor(*self._host, values, size=self.matrix.shape, check_invariants=False)
 
     def sample(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """The values of left @ right.T (P x k and Q x k factors) at the pattern's entries, in their order: one
         sampled product (torch's sampled_addmm)."""
         left = torch.from_numpy(np.ascontiguousarray(self.to_rows(left), dtype=np.float64))
         right = torch.from_numpy(np.ascontiguousarray(right.T, dtype=np.float64))
+        if self._sampler is None:
+            self._sampler = self._torch(torch.zeros(self.matrix.nnz, dtype=torch.float64))
         with warnings.catch_warnings():  # torch says once per process that sparse CSR support is in beta
             warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
-            if self._sampler is None:
-                crow, col = (torch.from_numpy(a.astype(np.int64)) for a in (self.matrix.indptr, self.matrix.indices))
-                zeros = torch.zeros(col.numel(), dtype=torch.float64)
-                self._sampler = torch.sparse_csr_tensor(
-                    crow, col, zeros, size=self.matrix.shape, check_invariants=False
-                )
             out = torch.sparse.sampled_addmm(self._sampler, left, right, beta=0.0).values().numpy()
         if self._perm is None:
             return out
@@ -381,6 +379,7 @@ def top_singular_block(
     """
     split = total is not None
     total = total or (lambda partial: partial)
+    shared = to_shared or (lambda vector: vector)
     p, q = d.shape
     d_t = d.T if d_t is None else d_t
     b = BLOCK if size is None else size
@@ -428,7 +427,7 @@ def top_singular_block(
             _, top = sla.eig_banded(band[:, :m], lower=True, select="i", select_range=(m - b, m - 1))
             ritz = top[:, ::-1].T @ basis[:m]
             u = ritz[0] / np.linalg.norm(ritz[0])
-            v = total(d_t @ u if to_shared is None else to_shared(d_t @ u))
+            v = total(shared(d_t @ u))
             sigma = float(np.linalg.norm(v))
             return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma)), ritz
         if np.abs(np.diag(r)).min() <= 1e-14 * scale:
