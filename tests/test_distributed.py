@@ -26,8 +26,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150) -> tuple[dict, list[int]]:
-    """Run ``distributed_cases.py case`` on WORLD local ranks; rank 0's findings and every exit code."""
+def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150, codes: tuple = (0, 0)) -> dict:
+    """Run ``distributed_cases.py case`` on WORLD local ranks and check their exit ``codes``; rank 0's findings.
+
+    A failure shows every rank's log: with faulthandler on, a rank that aborts (a signal, not an exception)
+    prints its Python stack, so a rare teardown abort says where it happened."""
     out, port = tmp_path / f"{case}.json", free_port()
     procs = []
     for rank in range(WORLD):
@@ -39,6 +42,8 @@ def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150) -> tup
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "OMP_NUM_THREADS": "1",
+            "PYTHONFAULTHANDLER": "1",
+            "TORCH_SHOW_CPP_STACKTRACES": "1",
         }
         procs.append(
             subprocess.Popen(
@@ -48,18 +53,21 @@ def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150) -> tup
                 stderr=subprocess.STDOUT,
             )
         )
-    codes, logs = [], []
+    logs = []
     try:
         for p in procs:
             logs.append(p.communicate(timeout=timeout)[0].decode(errors="replace"))
-            codes.append(p.returncode)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
     found = json.loads(out.read_text()) if out.exists() else {}
-    assert found, "rank 0 wrote nothing; logs:\n" + "\n".join(log[-2000:] for log in logs)
-    return found, codes
+    shown = "\n".join(
+        f"--- rank {rank}, exit code {p.returncode}:\n{log[-4000:]}" for rank, (p, log) in enumerate(zip(procs, logs))
+    )
+    assert found, "rank 0 wrote nothing; logs:\n" + shown
+    assert tuple(p.returncode for p in procs) == codes, "exit codes; logs:\n" + shown
+    return found
 
 
 #: A GLMO gap comes from a Lanczos bound run to its tolerance (1e-7 of the singular value), which rounding
@@ -67,18 +75,19 @@ def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150) -> tup
 GAP_TOL = 1e-5
 
 
-def close(a: list[dict], b: list[dict], tol: float, name: str, gaps: tuple[str, ...] = ("glmo_gap",)) -> None:
+def close(
+    a: list[dict], b: list[dict], tol: float, name: str, gaps: tuple[str, ...] = ("glmo_gap",), gap_tol: float = GAP_TOL
+) -> None:
     assert len(a) == len(b), name
     for ra, rb in zip(a, b):
         assert ra.keys() == rb.keys(), name
         for key in ra:
-            near = max(tol, GAP_TOL) if key in gaps else tol
+            near = max(tol, gap_tol) if key in gaps else tol
             assert ra[key] == pytest.approx(rb[key], rel=near, abs=near), (name, key, ra["k"])
 
 
 def test_two_ranks_match_one_process_drawing_the_union(tmp_path):
-    found, codes = job("equivalence", tmp_path)
-    assert codes == [0, 0]
+    found = job("equivalence", tmp_path)
     for name, (build, method, options) in RUNS.items():
         single = record(fc.solve(build(None), method, iters=20, seed=SEED, progress=False, **options))
         # Equal up to the order of floating-point sums: the mean of the ranks' means against the union's mean.
@@ -86,10 +95,12 @@ def test_two_ranks_match_one_process_drawing_the_union(tmp_path):
         # one-process sums in the last bit; the master's interior-point solves amplify that by about 10x every
         # few iterations (measured: 1e-11 in the rows of the first update, 2e-10 by the 10th, 4e-7 in the rows
         # and 2e-6 in x by the 20th), hence 1e-4 there and 1e-8 over the first four rows.
-        # Clipped SCFW's fresh noisy samples amplify faster (1e-11 at k = 0, O(1) by k = 20): its first rows
-        # still agree, which a rank clipping by its own part of the Jacobian's norm would not.
+        # Clipped SCFW's fresh noisy samples amplify faster (O(1) by k = 20): its first rows still agree
+        # (measured on an AMD EPYC: rows 0 and 1 equal, then up to 2.5e-7 in the values and 1.5e-4 in glmo_gap
+        # by k = 3, where the Xeon the test was written on gave 9e-6), which a rank clipping by its own part of
+        # the Jacobian's norm would not (measured: 0.4 in glmo_gap at k = 0, 0.3 in gap_estimate at k = 3).
         if name == "clipped-scfw-sharded":
-            close(found[name]["rows"][:5], single["rows"][:5], 1e-7, name)
+            close(found[name]["rows"][:5], single["rows"][:5], 1e-5, name, gap_tol=1e-3)
             continue
         # Sharded PSG has no master: the ranks' parts of its dense direction are disjoint, so the all-reduce
         # adds zeros, and only z's model step sums two partial products (measured: x equal to the bit).
@@ -106,8 +117,7 @@ def test_two_ranks_match_one_process_drawing_the_union(tmp_path):
 
 @pytest.fixture(scope="module")
 def split_lanczos(tmp_path_factory):
-    found, codes = job("lanczos", tmp_path_factory.mktemp("lanczos"))
-    assert codes == [0, 0]
+    found = job("lanczos", tmp_path_factory.mktemp("lanczos"))
     return found
 
 
@@ -134,8 +144,8 @@ def test_the_split_lanczos_matches_the_whole_matrix_svd(split_lanczos, blocks, k
     reason="needs 2 CUDA devices and NCCL",
 )
 def test_two_ranks_on_nccl_keep_one_iterate(tmp_path):
-    found, codes = job("nccl", tmp_path)
-    assert codes == [0, 0] and found["device"].startswith("cuda")
+    found = job("nccl", tmp_path)
+    assert found["device"].startswith("cuda")
     assert found["x"][0] == found["x"][1]  # the same step on every rank, from the all-reduced oracle
 
 
@@ -143,8 +153,7 @@ def test_heuristic_pricing_on_sharded_entries_prices_as_one_process(tmp_path):
     """The Ritz basis and its products are the same on every rank (a new vector's products summed over the
     ranks, their sampled Jacobians gathered), so two ranks holding row (or column) blocks price what one
     process holding the whole pattern prices."""
-    found, codes = job("subspace", tmp_path)
-    assert codes == [0, 0]
+    found = job("subspace", tmp_path)
     for shape, single in subspace_case(None).items():
         for key in ("u", "v", "images"):
             assert found[shape][key] == pytest.approx(single[key], rel=1e-12, abs=1e-12), (shape, key)
@@ -152,8 +161,8 @@ def test_heuristic_pricing_on_sharded_entries_prices_as_one_process(tmp_path):
 
 
 def test_a_sharded_run_with_heuristic_pricing_certifies_every_glmo(tmp_path):
-    found, codes = job("subspace-run", tmp_path)
-    assert codes == [0, 0] and found["heuristic"] > 0
+    found = job("subspace-run", tmp_path)
+    assert found["heuristic"] > 0
     assert all(row["glmo_converged"] == 1 for row in found["rows"])
     # The first GLMO's answer is certified to its glmo_gap (about 3e-3) only, and so is the gap estimate
     # built from it: the ranks' segments of V (fullcomp.glmo.segments) sum its images in another order than
@@ -162,13 +171,13 @@ def test_a_sharded_run_with_heuristic_pricing_certifies_every_glmo(tmp_path):
 
 
 def test_ranks_sharing_rows_are_refused_before_the_run(tmp_path):
-    found, codes = job("overlap", tmp_path)
-    assert codes == [0, 0] and "sharded reads must be disjoint blocks of rows, or of columns" in found["error"]
+    found = job("overlap", tmp_path)
+    assert "sharded reads must be disjoint blocks of rows, or of columns" in found["error"]
 
 
 def test_sharded_checkpoint_and_resume_on_two_ranks(tmp_path):
-    found, codes = job("sharded-checkpoint", tmp_path, extra=str(tmp_path))
-    assert codes == [0, 0] and found["resumed_from"] == 6
+    found = job("sharded-checkpoint", tmp_path, extra=str(tmp_path))
+    assert found["resumed_from"] == 6
     assert found["resumed"] == found["whole"]  # each rank's own share came back from its own file
     assert (tmp_path / "sharded.ckpt").is_file() and (tmp_path / "sharded.ckpt.rank1").is_file()
     # PSG keeps the dense iterate on every rank but each rank's own Jacobian tracker: every rank's file counts.
@@ -176,8 +185,8 @@ def test_sharded_checkpoint_and_resume_on_two_ranks(tmp_path):
 
 
 def test_checkpoint_and_resume_on_two_ranks(tmp_path):
-    found, codes = job("checkpoint", tmp_path, extra=str(tmp_path))
-    assert codes == [0, 0] and found["resumed_from"] == 8
+    found = job("checkpoint", tmp_path, extra=str(tmp_path))
+    assert found["resumed_from"] == 8
     assert found["resumed"] == found["whole"]  # every rank's generator came back: the same trajectory
     # The checkpoint knows its world size: one process may not resume it.
     with pytest.raises(fc.errors.CheckpointError, match="world_size was 2, now 1"):
@@ -185,8 +194,7 @@ def test_checkpoint_and_resume_on_two_ranks(tmp_path):
 
 
 def test_a_lost_rank_stops_the_others_with_a_clear_error(tmp_path):
-    found, codes = job("kill", tmp_path, timeout=120)
-    assert codes[1] == 3
+    found = job("kill", tmp_path, timeout=120, codes=(0, 3))  # rank 1 vanished with os._exit(3)
     assert "rank 0 of 2" in found["error"] and "another rank died" in found["error"]
     assert found["seconds"] < 60
 

@@ -121,7 +121,9 @@ def test_movielens_tables_unchanged(tmp_path: Path) -> None:
     protocol.bench_movielens(None, "cvar", None, [0], "psg,hmsfw-ii-fb", out, save_x=False, **common)
     written = protocol.tables(out)
     assert (written.csv.name, written.markdown.name) == ("tables.csv", "tables.md")
-    check_tables(out, ["tables.csv", "tables.md"], "movielens")
+    # On another CPU the means move by 3e-12 (measured on an AMD EPYC against references made on a Xeon) and
+    # their standard deviations over two seeds, differences of near-equal numbers, by up to 2.8e-9.
+    check_tables(out, ["tables.csv", "tables.md"], "movielens", rel_tol=1e-7)
 
 
 def test_pu_tables_unchanged(tmp_path: Path) -> None:
