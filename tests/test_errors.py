@@ -250,8 +250,8 @@ def test_glmo_options():
     with pytest.raises(OptionError, match="pool must be a positive int"):
         fc.build_glmo(cp.max(u), X, route="colgen", pool=0)
     z, V, y = np.zeros(3), np.ones((3, 4)), np.zeros(4)
-    for route in ("conic", "colgen"):
-        glmo = fc.build_glmo(cp.max(u), X, route=route)
+    for route in ("conic", "colgen", "affine"):  # the affine route checks its inputs once its value is not finite
+        glmo = fc.build_glmo(cp.max(u) if route != "affine" else cp.sum(u), X, route=route)
         with pytest.raises(OptionError, match="tol must be a positive number"):
             glmo.solve(z, V, y, tol=-1e-3)
         with pytest.raises(OptionError, match="max_calls must be a positive int"):
