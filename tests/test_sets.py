@@ -663,3 +663,34 @@ def test_a_sharded_row_block_with_relabelled_rows_prices_the_whole_matrix_atom(b
     assert -2.0 * s[0] * (1 + 1e-7) <= lower <= -2.0 * s[0] * (1 - 1e-12)
     again, _ = X.lmo_bounded(values + 0.01, sharded, hint=atom)  # warm: the hint's vectors in d's coordinates
     assert float(np.sum(dense * again.dense())) <= -2.0 * s[0] * (1 - 1e-3)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40])
+def test_top_ritz_pair_is_the_tridiagonal_matrix_top_eigenpair(n):
+    rng = np.random.default_rng(n)
+    for _ in range(20):
+        alpha, beta = rng.standard_normal(n), rng.standard_normal(n - 1)
+        theta, vec = lanczos.top_ritz(alpha, beta)
+        values, vectors = np.linalg.eigh(np.diag(alpha) + np.diag(beta, 1) + np.diag(beta, -1))
+        assert theta == pytest.approx(values[-1], abs=1e-12)
+        assert np.abs(np.abs(vec @ vectors[:, -1]) - 1.0) < 1e-12 and np.linalg.norm(vec) == pytest.approx(1.0)
+        if n > 1:  # scipy's own route, the same LAPACK calls: the same bits
+            w, v = scipy.linalg.eigh_tridiagonal(alpha, beta, select="i", select_range=(n - 1, n - 1))
+            assert theta == w[0] and np.array_equal(vec, v[:, 0])
+
+
+def test_vector_product_is_scipy_product_bit_for_bit():
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(3)
+    csr = sp.random(30, 40, density=0.2, format="csr", random_state=4)
+    wide = sp.csr_matrix((csr.data, csr.indices.astype(np.int64), csr.indptr.astype(np.int64)), shape=csr.shape)
+    for matrix in (csr, csr.T, wide, wide.T, csr.toarray()):
+        x = rng.standard_normal(matrix.shape[1])
+        product = lanczos.vector_product(matrix)
+        assert np.array_equal(product(x), matrix @ x)
+        strided = np.repeat(x, 2)[::2]  # not contiguous: the generic product
+        assert np.array_equal(product(strided), matrix @ x)
+    product = lanczos.vector_product(csr)
+    csr.data = csr.data * 2.0  # a refill: the product reads the new values
+    assert np.array_equal(product(x := rng.standard_normal(40)), csr @ x)
