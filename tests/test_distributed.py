@@ -27,7 +27,8 @@ def free_port() -> int:
 
 
 def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150, codes: tuple = (0, 0)) -> dict:
-    """Run ``distributed_cases.py case`` on WORLD local ranks and check their exit ``codes``; rank 0's findings.
+    """Run ``distributed_cases.py case`` on WORLD local ranks and check their exit ``codes`` (None: any);
+    rank 0's findings.
 
     A failure shows every rank's log: with faulthandler on, a rank that aborts (a signal, not an exception)
     prints its Python stack, so a rare teardown abort says where it happened."""
@@ -66,7 +67,7 @@ def job(case: str, tmp_path: Path, extra: str = "", timeout: float = 150, codes:
         f"--- rank {rank}, exit code {p.returncode}:\n{log[-4000:]}" for rank, (p, log) in enumerate(zip(procs, logs))
     )
     assert found, "rank 0 wrote nothing; logs:\n" + shown
-    assert tuple(p.returncode for p in procs) == codes, "exit codes; logs:\n" + shown
+    assert all(want in (None, p.returncode) for want, p in zip(codes, procs)), "exit codes; logs:\n" + shown
     return found
 
 
@@ -117,8 +118,7 @@ def test_two_ranks_match_one_process_drawing_the_union(tmp_path):
 
 @pytest.fixture(scope="module")
 def split_lanczos(tmp_path_factory):
-    found = job("lanczos", tmp_path_factory.mktemp("lanczos"))
-    return found
+    return job("lanczos", tmp_path_factory.mktemp("lanczos"))
 
 
 @pytest.mark.parametrize("kind", ["single", "block"])
@@ -194,7 +194,8 @@ def test_checkpoint_and_resume_on_two_ranks(tmp_path):
 
 
 def test_a_lost_rank_stops_the_others_with_a_clear_error(tmp_path):
-    found = job("kill", tmp_path, timeout=120, codes=(0, 3))  # rank 1 vanished with os._exit(3)
+    # Rank 1 vanishes with os._exit(3); rank 0 exits without leave() (its peer is gone), unchecked here.
+    found = job("kill", tmp_path, timeout=120, codes=(None, 3))
     assert "rank 0 of 2" in found["error"] and "another rank died" in found["error"]
     assert found["seconds"] < 60
 
