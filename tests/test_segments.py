@@ -162,9 +162,8 @@ def test_column_generation_on_segments_certifies_against_cvxpy(lazy, monkeypatch
     np.testing.assert_allclose(res.x, rebuilt, rtol=1e-12, atol=1e-12)
 
 
-def test_the_completion_experiment_takes_the_segmented_path(monkeypatch):
-    """Its reads come group by group, so the pattern needs no permutation and V has one segment per group."""
-    from fullcomp.experiments import completion_problem
+def segments_seen(monkeypatch) -> list:
+    """The segments of V each column-generation GLMO of the test found, appended as the calls return."""
     from fullcomp.glmo import ColumnGenerationGLMO
 
     found, real = [], ColumnGenerationGLMO.solve
@@ -175,6 +174,14 @@ def test_the_completion_experiment_takes_the_segmented_path(monkeypatch):
         return res
 
     monkeypatch.setattr(ColumnGenerationGLMO, "solve", solve)
+    return found
+
+
+def test_the_completion_experiment_takes_the_segmented_path(monkeypatch):
+    """Its reads come group by group, so the pattern needs no permutation and V has one segment per group."""
+    from fullcomp.experiments import completion_problem
+
+    found = segments_seen(monkeypatch)
     data = fc.datasets.synthetic_ratings(shape=(60, 40), n_ratings=900, seed=0)
     problem = completion_problem(data, "max", batch=16).problem
     fc.hmsfw(problem, iters=3, seed=0, progress=False)
@@ -263,16 +270,8 @@ def test_a_sharded_row_block_is_read_group_by_group_and_takes_the_segmented_path
     """A rank's block of rows comes group by group, as the whole problem does: its pattern relabels its rows
     (the split Lanczos runs on the columns, which keep d's coordinates) and V has one segment per group."""
     from fullcomp.experiments import sharded_completion_problem
-    from fullcomp.glmo import ColumnGenerationGLMO
 
-    found, real = [], ColumnGenerationGLMO.solve
-
-    def solve(self, *args, **kwargs):
-        res = real(self, *args, **kwargs)
-        found.append(self._segments[1])
-        return res
-
-    monkeypatch.setattr(ColumnGenerationGLMO, "solve", solve)
+    found = segments_seen(monkeypatch)
     data = fc.datasets.synthetic_ratings(shape=(60, 40), n_ratings=900, seed=0)
     problem = sharded_completion_problem(data, "max", batch=16, rank=1, size=2)
     fc.hmsfw(problem, iters=3, seed=0, progress=False)
