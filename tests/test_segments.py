@@ -5,6 +5,7 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
+import torch
 
 import fullcomp as fc
 from fullcomp.glmo.segments import Segments
@@ -128,20 +129,28 @@ def test_a_start_on_relabelled_rows_is_the_same_iteration(shape, monkeypatch):
         np.testing.assert_allclose(found[0], found[1], rtol=1e-12)
 
 
-@pytest.mark.parametrize("lazy", [False, True])
-def test_column_generation_on_segments_certifies_against_cvxpy(lazy, monkeypatch):
+@pytest.mark.parametrize("mode", ["values", "lazy", "factored"])
+def test_column_generation_on_segments_certifies_against_cvxpy(mode, monkeypatch):
     """A group-by-group V: the GLMO finds its segments, and its answer is the CVXPY optimum to its gap.  ``lazy``:
     as at scale, a priced atom's image comes from the segments and its values wait for x, summed with the other
-    lazy atoms' by one sampled product."""
+    lazy atoms' by one sampled product.  ``factored``: as at scale, block Lanczos prices each direction as a
+    row scaling of V's one nonzero per column (float32 products first, float64 for the certificate)."""
     from fullcomp.glmo import ColumnGenerationGLMO, colgen
     from fullcomp.model.composite import Outer
 
+    lazy, factored = mode == "lazy", mode == "factored"
     if lazy:
         monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
         monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
+    phases = []
+    if factored:
+        monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+        monkeypatch.setattr(lanczos, "BLOCK", 2)  # blocks from 16 rows: a small CVXPY reference
+        real = lanczos.block_iteration
+        monkeypatch.setattr(lanczos, "block_iteration", lambda d, *a: phases.append(d.matrix.dtype) or real(d, *a))
     rng = np.random.default_rng(5)
-    shape, n = (12, 10), 3
-    flat, group, order = grouped(rng, shape, 60, n)
+    shape, n = ((16, 20), 3) if factored else ((12, 10), 3)
+    flat, group, order = grouped(rng, shape, 150 if factored else 60, n)
     entries = Entries(flat[order], shape)
     V = np.zeros((n, flat.size))
     V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size)
@@ -152,6 +161,8 @@ def test_column_generation_on_segments_certifies_against_cvxpy(lazy, monkeypatch
     res = glmo.solve(z, V, np.zeros(flat.size), tol=1e-6, entries=entries, start=start)
     assert glmo._segments[1] is not None and len(glmo._segments[1].rows) == n
     assert (glmo.lazy[glmo.active].sum() >= 2) == lazy  # priced atoms kept lazy, or evaluated
+    assert (glmo._rows is not None) == factored
+    assert (torch.float32 in phases and torch.float64 in phases) == factored
     W = cp.Variable(shape)
     read = cp.hstack([W[i, j] for i, j in zip(entries.rows, entries.cols)])
     reference = cp.Problem(cp.Minimize(cp.max(z + V @ read)), [cp.normNuc(W) <= 2.0])
@@ -160,6 +171,32 @@ def test_column_generation_on_segments_certifies_against_cvxpy(lazy, monkeypatch
     assert res.value == pytest.approx(float(np.max(z + V @ res.x)), abs=1e-10)  # x is the master's point
     rebuilt = sum(w * a.at(entries) for a, w in zip(res.atoms, res.weights))
     np.testing.assert_allclose(res.x, rebuilt, rtol=1e-12, atol=1e-12)
+
+
+def test_segments_owning_whole_rows_make_the_direction_a_row_scaling():
+    """q^T V = diag(s) G when every row of the matrix is read by one row of V alone: G is V's one nonzero per
+    column, s q at each row's owner (0 on rows without entries), and the direction's values are the same bits."""
+    from fullcomp.sets.atoms import ScaledRows
+
+    rng = np.random.default_rng(3)
+    shape, n = (30, 4), 3
+    flat, group, order = grouped(rng, shape, 40, n)  # some rows without entries
+    entries = Entries(flat[order], shape)
+    V = np.zeros((n, flat.size))
+    V[group[order], np.arange(flat.size)] = rng.standard_normal(flat.size)
+    segments = Segments.find(V)
+    owner = segments.owners(entries.rows, shape[0], n)
+    unread = np.setdiff1d(np.arange(shape[0]), entries.rows)
+    assert unread.size and np.all(owner[unread] == n)
+    np.testing.assert_array_equal(owner[entries.rows], group[order])
+    q = rng.standard_normal(n)
+    direction = ScaledRows(segments.collapse(V, np.full(flat.size, np.nan)), np.append(q, 0.0)[owner], 0)
+    np.testing.assert_array_equal(direction.at(entries), q @ V)
+    # One entry of a row given to another group's row of V: that matrix row is read by two rows of V.
+    e = next(lo for lo in segments.lo if entries.rows[lo] == entries.rows[lo + 1])
+    other = (np.flatnonzero(V[:, e])[0] + 1) % n
+    V[:, e], V[other, e] = 0.0, 1.0
+    assert Segments.find(V).owners(entries.rows, shape[0], n) is None
 
 
 def segments_seen(monkeypatch) -> list:

@@ -620,6 +620,48 @@ def test_the_lmo_by_blocks_on_relabelled_rows_is_the_lmo_in_row_major_order(shap
     assert lower_a <= -2.0 * sigma * (1 - 1e-12)
 
 
+@pytest.mark.parametrize("shape", [(60, 90), (90, 60)])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_row_scaled_direction_is_priced_by_its_factors_in_float32_then_float64(shape, grouped, monkeypatch):
+    """A direction diag(s) G (ScaledRows) on the LMO's block path: the iteration multiplies G and its transpose,
+    built once per tag, in float32 until it is near and then in float64, so that a converged pair is the dense
+    SVD's to the Lanczos tolerance and its bound holds; an early answer stays in float32 and is feasible."""
+    from fullcomp.sets.atoms import ScaledRows
+
+    monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+    phases, real = [], lanczos.block_iteration
+
+    def spy(d, *args):
+        phases.append(getattr(getattr(d, "matrix", None), "dtype", None))  # a torch matrix's
+        return real(d, *args)
+
+    monkeypatch.setattr(lanczos, "block_iteration", spy)
+    entries, values, _ = sparse_direction(shape, 0.2, 41, grouped=grouped)
+    rng = np.random.default_rng(42)
+    X, wide = fc.NuclearBall(shape, 2.0), shape[0] <= shape[1]
+    for tag, scale, G in ((0, rng.random(shape[0]), values), (0, rng.random(shape[0]), values), (1, None, -values)):
+        scale = rng.random(shape[0]) if scale is None else scale
+        dense = np.zeros(shape)
+        dense.reshape(-1)[entries.flat] = G * scale[entries.rows]
+        u, s, vt = np.linalg.svd(dense)
+        phases.clear()
+        atom, lower = X.lmo_bounded(ScaledRows(G, scale, tag), entries)
+        assert phases == [torch.float32, torch.float64]
+        value = float(np.sum(dense * atom.dense()))
+        assert value == pytest.approx(-2.0 * s[0], rel=1e-12)
+        assert -2.0 * s[0] * (1 + 1e-6) <= lower <= -2.0 * s[0] * (1 - 1e-12)
+        y = -atom.u / 2.0 if wide else atom.v  # the side the iteration ran on
+        gram = dense @ dense.T if wide else dense.T @ dense
+        assert np.linalg.norm(gram @ y - s[0] ** 2 * y) <= 1.001 * fc.sets.balls.LANCZOS_TOL * s[0] ** 2
+        plain, plain_lower = fc.NuclearBall(shape, 2.0).lmo_bounded(G * scale[entries.rows], entries)
+        assert lower == pytest.approx(plain_lower, rel=fc.sets.balls.LANCZOS_TOL)
+        np.testing.assert_allclose(atom.dense(), plain.dense(), atol=1e-6)
+    phases.clear()
+    early, _ = X.lmo_bounded(ScaledRows(G, scale, 1), entries, enough=lambda value, lower: True)
+    assert phases == [torch.float32] and float(np.sum(dense * early.dense())) >= -2.0 * s[0] * (1 + 1e-12)
+    assert np.linalg.norm(early.dense(), "nuc") == pytest.approx(2.0, rel=1e-9)
+
+
 @pytest.mark.parametrize("sharded", [False, True])
 def test_the_lmo_by_blocks_stopped_early_is_feasible_and_bounds_the_optimum(sharded, monkeypatch):
     monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)

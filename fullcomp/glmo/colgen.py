@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import cvxpy as cp
@@ -14,7 +15,7 @@ from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol, ta
 from fullcomp.glmo.master import ConicMaster
 from fullcomp.glmo.segments import Segments
 from fullcomp.model.composite import Outer
-from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
+from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom, ScaledRows
 from fullcomp.sets.base import Set
 from fullcomp.sets.subspace import RitzSubspace
 from fullcomp.trackers import Revision
@@ -31,6 +32,8 @@ ZERO_WEIGHT = 1e-8  # interior-point masters leave ~1e-9 on atoms that carry no 
 DECIDE = 0.005
 #: The weight of the best bound's dual in a pricing direction (Wentges' smoothing); 0 prices at the master's.
 SMOOTHING = 0.5
+#: Tags of the V's whose directions are priced as row scalings (:class:`~fullcomp.sets.atoms.ScaledRows`).
+TAGS = itertools.count()
 
 
 class ColumnGenerationGLMO:
@@ -85,6 +88,9 @@ class ColumnGenerationGLMO:
         self._track: Entries | None = None
         self.values = np.zeros((slots, 0))  # pooled atoms' values at the entries the model reads, then at track
         self._work = np.empty((2, 0))  # the direction and a priced atom's values, reused across calls
+        self._collapsed = np.empty(0)  # V's one nonzero per column, reused across calls
+        self._rows: tuple[np.ndarray, np.ndarray, int] | None = None  # this call's row scaling, see _row_scaling
+        self._owners: tuple[tuple, np.ndarray | None] | None = None  # (segments and entries, their owners)
         self._spare = np.empty(0)  # a row of the value cache's width, for merges
         self._all: Entries | None = None  # every entry of x, built on first dense use (P Q indices at scale)
         self._images: tuple[int, np.ndarray] | None = None  # (tag, the pool's images) for the last call's V
@@ -126,6 +132,7 @@ class ColumnGenerationGLMO:
         self.c.value = c
         self._cache_values(entries, track)
         self._follow_segments(Vm, entries, revision)
+        self._rows = self._row_scaling(Vm, entries)
         images = self._pool_images(Vm, entries, revision)
         ritz = None if tol is None else self._subspace(entries)  # a fixed pricing budget stays an LMO budget
         if ritz is not None:
@@ -222,7 +229,11 @@ class ColumnGenerationGLMO:
         # Work arrays of len(entries) are reused across calls: fresh ones page-fault at 10^7 entries.  The
         # values go straight into the slot the atom will take when one is free (not merely idle), sparing
         # a copy of them into the cache (3.5 ms at 800,000 entries).
-        direction = self._rmatvec(q, Vm, self._work[0])
+        if self._rows is None:
+            direction = self._rmatvec(q, Vm, self._work[0])
+        else:
+            owner, collapsed, tag = self._rows
+            direction = ScaledRows(collapsed, np.append(q, 0.0)[owner], tag, out=self._work[0])
         slot = self._free_slot()
         values = self._work[1] if slot is None else self.values[slot, : len(entries)]
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough, device=self.device)
@@ -268,6 +279,23 @@ class ColumnGenerationGLMO:
             segments = segments.follow(J.columns.cpu().numpy(), as_numpy(J.values))
             segments = Segments.find(Vm) if segments is None else segments
         self._segments = (None if revision is None else revision.tag, segments)
+
+    def _row_scaling(self, Vm: np.ndarray, entries: Entries) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """(the row of V owning each row of the matrix, V's one nonzero per column, a fresh tag) when the domain
+        prices :class:`ScaledRows` directions on the entries and V's segments own whole rows of the matrix; None
+        otherwise."""
+        segments = self._segments[1]
+        if segments is None or not self.domain.takes_scaled_rows(entries, self.device):
+            return None
+        key = (entries, segments.rows, segments.lo, segments.hi)
+        held = self._owners
+        if held is None or held[0][0] is not entries or not all(map(np.array_equal, held[0][1:], key[1:])):
+            self._owners = held = (key, segments.owners(entries.rows, self.domain.shape[0], len(Vm)))
+        if held[1] is None:
+            return None
+        if self._collapsed.size != len(entries):
+            self._collapsed = np.empty(len(entries))
+        return held[1], segments.collapse(Vm, self._collapsed), next(TAGS)
 
     def _rmatvec(self, q: np.ndarray, Vm: np.ndarray, out: np.ndarray) -> np.ndarray:
         """V^T q into ``out``."""

@@ -100,3 +100,25 @@ class Segments:
         for r, start, stop in zip(self.rows, self.lo, self.hi):
             out[r] += a[..., start:stop] @ V[r, start:stop]
         return out
+
+    def owners(self, rows: np.ndarray, n_rows: int, n: int) -> np.ndarray | None:
+        """For each of a matrix's ``n_rows`` rows, the row of the (n, width) V owning its entries (``rows``: each
+        column's row of the matrix), or n for rows without entries in the segments; None when a row of the
+        matrix has entries in the segments of two rows of V (q^T V is then no row scaling of one matrix)."""
+        owner = np.full(n_rows, -1, dtype=np.int64)
+        for r, start, stop in zip(self.rows, self.lo, self.hi):
+            owner[rows[start:stop]] = r
+        for r, start, stop in zip(self.rows, self.lo, self.hi):
+            if (owner[rows[start:stop]] != r).any():
+                return None
+        owner[owner < 0] = n
+        return owner
+
+    def collapse(self, V: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Each column's one nonzero of V (zero outside the segments), written into ``out``."""
+        edges = np.concatenate([[0], np.column_stack([self.lo, self.hi]).ravel(), [out.size]])
+        for start, stop in edges.reshape(-1, 2):
+            out[start:stop] = 0.0
+        for r, start, stop in zip(self.rows, self.lo, self.hi):
+            out[start:stop] = V[r, start:stop]
+        return out

@@ -84,6 +84,27 @@ class Entries:
         return self._scratch
 
 
+@dataclass
+class ScaledRows:
+    """A direction on a matrix's entries whose value at entry e is ``scale[rows[e]] * values[e]``.
+
+    Column generation prices directions q^T V.  When each row of V owns whole rows of the matrix (a group's
+    loss reads its own users' ratings), q^T V = diag(scale) G, with G the one nonzero of each column of V and
+    ``scale[r]`` q at the row of V owning row r.  G is the same for every pricing call of a GLMO call, while
+    q changes, so an LMO may keep what it built from G for as long as ``tag`` is the same.  ``out``: a work
+    array of len(entries) for :meth:`at`.
+    """
+
+    values: np.ndarray
+    scale: np.ndarray
+    tag: int
+    out: np.ndarray | None = field(default=None, repr=False)
+
+    def at(self, entries: Entries) -> np.ndarray:
+        """The direction's values at the entries (written into ``out``)."""
+        return np.multiply(self.values, np.take(self.scale, entries.rows), out=self.out)
+
+
 class Atom(ABC):
     """A point of the set; ``at(entries)`` gives its values there, ``dense()`` the whole point.
 

@@ -12,7 +12,7 @@ import torch
 
 from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
-from fullcomp.sets.atoms import Atom, Entries, MixtureAtom, RankOneAtom
+from fullcomp.sets.atoms import Atom, Entries, MixtureAtom, RankOneAtom, ScaledRows
 from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 from fullcomp.sets.lanczos import DevicePattern, SingularPair, SparsePattern
 from fullcomp.sets.subspace import RitzSubspace
@@ -280,7 +280,7 @@ class NuclearBall(Set):
 
     def lmo_bounded(
         self,
-        direction: np.ndarray,
+        direction: np.ndarray | ScaledRows,
         entries: Entries,
         hint: Atom | None = None,
         enough: Callable[[float, float], bool] | None = None,
@@ -292,7 +292,9 @@ class NuclearBall(Set):
         ``hint``, a previous rank-one atom, warm-starts the singular-pair solver.  On a ``device`` of
         :data:`~fullcomp.sets.lanczos.PRODUCT_DEVICES` (a GPU) the sparse products run there, through torch.
         """
-        pattern = None
+        if isinstance(direction, ScaledRows) and not self.takes_scaled_rows(entries, device):
+            direction = direction.at(entries)
+        pattern, coarse = None, None
         if len(entries) == self.size and not entries.sharded:
             matrix = np.empty(self.size)
             matrix[entries.flat] = direction
@@ -305,6 +307,8 @@ class NuclearBall(Set):
                 if held is None or held[0] is not entries or held[1] != device:
                     self._on_device = (entries, device, pattern.on(device))
                 matrix, transpose = self._on_device[2].fill(direction)
+            elif isinstance(direction, ScaledRows):
+                (matrix, transpose), coarse = pattern.scaled_operators(direction)
             elif self._pattern[2]:
                 matrix, transpose = pattern.operators(direction)
             else:
@@ -319,6 +323,7 @@ class NuclearBall(Set):
             # (never the iteration's side on sharded entries) go back to d's before any sum over the ranks.
             on_rows = entries.blocks == "cols" if entries.sharded else self.shape[0] <= self.shape[1]
             side, other = (matrix, transpose) if on_rows else (transpose, matrix)
+            coarse = coarse if coarse is None or on_rows else coarse[::-1]
             name, total = ("u" if on_rows else "v"), (entries.total if entries.sharded else None)
             shared = None if on_rows else pattern.from_rows
             if self._pattern[2]:
@@ -326,7 +331,15 @@ class NuclearBall(Set):
                 start = start if start is None or not on_rows else pattern.to_rows(start.T).T
                 draws = pattern.block_draws(on_rows, lanczos.BLOCK)
                 (a, sigma, b, upper), found = lanczos.top_singular_block(
-                    side, other, start, LANCZOS_TOL, stop=stop, total=total, draws=draws, to_shared=shared
+                    side,
+                    other,
+                    start,
+                    LANCZOS_TOL,
+                    stop=stop,
+                    total=total,
+                    draws=draws,
+                    to_shared=shared,
+                    coarse=coarse,
                 )
                 ritz = None if found is None else (name, found if not on_rows else pattern.from_rows(found.T).T)
             else:
@@ -348,6 +361,16 @@ class NuclearBall(Set):
         if sigma == 0:
             return RankOneAtom(np.zeros(self.shape[0]), np.zeros(self.shape[1])), -r * upper
         return RankOneAtom(-r * u, v, ritz), -r * upper
+
+    def takes_scaled_rows(self, entries: Entries, device: torch.device | None = None) -> bool:
+        """True where the LMO runs by blocks on this host's entries, through torch's MKL kernel: it then multiplies
+        a :class:`ScaledRows` direction by its factors."""
+        if entries.sharded or len(entries) == self.size or not torch.backends.mkl.is_available():
+            return False
+        if device is not None and torch.device(device).type in lanczos.PRODUCT_DEVICES:
+            return False
+        self._pattern_for(entries)
+        return self._pattern[2]
 
     @numeric
     def project(self, p: np.ndarray) -> np.ndarray:

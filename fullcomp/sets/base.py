@@ -135,6 +135,11 @@ class Set(ABC):
         atom = self.lmo_atom(direction, entries, hint)
         return atom, float(direction @ atom.at(entries))
 
+    def takes_scaled_rows(self, entries: Entries, device: torch.device | None = None) -> bool:
+        """Whether :meth:`lmo_bounded` on ``entries`` in a run on ``device`` makes use of a direction given as a
+        :class:`~fullcomp.sets.atoms.ScaledRows` (its factors); column generation gives it the values otherwise."""
+        return False
+
     def combination_at(self, atoms: list[Atom], weights: np.ndarray, entries: Entries) -> np.ndarray:
         """sum_j weights_j atoms_j at the entries (at least one atom)."""
         return MixtureAtom(atoms, weights).at(entries)
