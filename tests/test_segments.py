@@ -134,20 +134,22 @@ def test_column_generation_on_segments_certifies_against_cvxpy(mode, monkeypatch
     """A group-by-group V: the GLMO finds its segments, and its answer is the CVXPY optimum to its gap.  ``lazy``:
     as at scale, a priced atom's image comes from the segments and its values wait for x, summed with the other
     lazy atoms' by one sampled product.  ``factored``: as at scale, block Lanczos prices each direction as a
-    row scaling of V's one nonzero per column (float32 products first, float64 for the certificate)."""
+    row scaling of V's one nonzero per column (float32 products first, float64 for the certificate), and the lazy
+    atoms' images come from those factors."""
     from fullcomp.glmo import ColumnGenerationGLMO, colgen
     from fullcomp.model.composite import Outer
 
-    lazy, factored = mode == "lazy", mode == "factored"
+    lazy, factored = mode != "values", mode == "factored"
     if lazy:
         monkeypatch.setattr(colgen, "LAZY_ENTRIES", 0)
         monkeypatch.setattr(fc.sets.balls, "SAMPLED_FACTORS", 2)
-    phases = []
+    phases, images = [], []
     if factored:
         monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
         monkeypatch.setattr(lanczos, "BLOCK", 2)  # blocks from 16 rows: a small CVXPY reference
-        real = lanczos.block_iteration
+        real, owned = lanczos.block_iteration, lanczos.SparsePattern.owned_products
         monkeypatch.setattr(lanczos, "block_iteration", lambda d, *a: phases.append(d.matrix.dtype) or real(d, *a))
+        monkeypatch.setattr(lanczos.SparsePattern, "owned_products", lambda *a: images.append(owned(*a)) or images[-1])
     rng = np.random.default_rng(5)
     shape, n = ((16, 20), 3) if factored else ((12, 10), 3)
     flat, group, order = grouped(rng, shape, 150 if factored else 60, n)
@@ -163,6 +165,7 @@ def test_column_generation_on_segments_certifies_against_cvxpy(mode, monkeypatch
     assert (glmo.lazy[glmo.active].sum() >= 2) == lazy  # priced atoms kept lazy, or evaluated
     assert (glmo._rows is not None) == factored
     assert (torch.float32 in phases and torch.float64 in phases) == factored
+    assert (len(images) > 0 and all(image is not None for image in images)) == factored  # each atom's image
     W = cp.Variable(shape)
     read = cp.hstack([W[i, j] for i, j in zip(entries.rows, entries.cols)])
     reference = cp.Problem(cp.Minimize(cp.max(z + V @ read)), [cp.normNuc(W) <= 2.0])
@@ -190,7 +193,7 @@ def test_segments_owning_whole_rows_make_the_direction_a_row_scaling():
     assert unread.size and np.all(owner[unread] == n)
     np.testing.assert_array_equal(owner[entries.rows], group[order])
     q = rng.standard_normal(n)
-    direction = ScaledRows(segments.collapse(V, np.full(flat.size, np.nan)), np.append(q, 0.0)[owner], 0)
+    direction = ScaledRows(segments.collapse(V, np.full(flat.size, np.nan)), owner, q, 0)
     np.testing.assert_array_equal(direction.at(entries), q @ V)
     # One entry of a row given to another group's row of V: that matrix row is read by two rows of V.
     e = next(lo for lo in segments.lo if entries.rows[lo] == entries.rows[lo + 1])

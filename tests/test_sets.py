@@ -645,7 +645,7 @@ def test_a_row_scaled_direction_is_priced_by_its_factors_in_float32_then_float64
         dense.reshape(-1)[entries.flat] = G * scale[entries.rows]
         u, s, vt = np.linalg.svd(dense)
         phases.clear()
-        atom, lower = X.lmo_bounded(ScaledRows(G, scale, tag), entries)
+        atom, lower = X.lmo_bounded(ScaledRows(G, np.arange(shape[0]), scale, tag), entries)
         assert phases == [torch.float32, torch.float64]
         value = float(np.sum(dense * atom.dense()))
         assert value == pytest.approx(-2.0 * s[0], rel=1e-12)
@@ -657,7 +657,7 @@ def test_a_row_scaled_direction_is_priced_by_its_factors_in_float32_then_float64
         assert lower == pytest.approx(plain_lower, rel=fc.sets.balls.LANCZOS_TOL)
         np.testing.assert_allclose(atom.dense(), plain.dense(), atol=1e-6)
     phases.clear()
-    early, _ = X.lmo_bounded(ScaledRows(G, scale, 1), entries, enough=lambda value, lower: True)
+    early, _ = X.lmo_bounded(ScaledRows(G, np.arange(shape[0]), scale, 1), entries, enough=lambda value, lower: True)
     assert phases == [torch.float32] and float(np.sum(dense * early.dense())) >= -2.0 * s[0] * (1 + 1e-12)
     assert np.linalg.norm(early.dense(), "nuc") == pytest.approx(2.0, rel=1e-9)
 

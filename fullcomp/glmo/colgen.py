@@ -233,12 +233,13 @@ class ColumnGenerationGLMO:
             direction = self._rmatvec(q, Vm, self._work[0])
         else:
             owner, collapsed, tag = self._rows
-            direction = ScaledRows(collapsed, np.append(q, 0.0)[owner], tag, out=self._work[0])
+            direction = ScaledRows(collapsed, owner, q, tag, out=self._work[0])
         slot = self._free_slot()
         values = self._work[1] if slot is None else self.values[slot, : len(entries)]
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough, device=self.device)
         self.hint = atom
-        image = self.domain.image(atom, Vm, entries, self._segments[1]) if len(entries) >= LAZY_ENTRIES else None
+        lazy = len(entries) >= LAZY_ENTRIES
+        image = self.domain.image(atom, Vm, entries, self._segments[1], direction) if lazy else None
         if image is not None:  # the atom's values wait until x needs them, as a heuristic atom's
             return atom, None, image, offset + lower, not any(stopped)
         values = atom.at(entries, out=values)

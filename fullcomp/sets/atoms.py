@@ -86,19 +86,24 @@ class Entries:
 
 @dataclass
 class ScaledRows:
-    """A direction on a matrix's entries whose value at entry e is ``scale[rows[e]] * values[e]``.
+    """The direction q^T V on a matrix's entries when each row of the (n, len(entries)) V owns whole rows of the
+    matrix (a group's loss reads its own users' ratings): q^T V = diag(s) G, G (``values``) the one nonzero of
+    each column of V and s_r = q at ``owner[r]``, the row of V owning matrix row r (n for rows it reads none of).
 
-    Column generation prices directions q^T V.  When each row of V owns whole rows of the matrix (a group's
-    loss reads its own users' ratings), q^T V = diag(scale) G, with G the one nonzero of each column of V and
-    ``scale[r]`` q at the row of V owning row r.  G is the same for every pricing call of a GLMO call, while
-    q changes, so an LMO may keep what it built from G for as long as ``tag`` is the same.  ``out``: a work
-    array of len(entries) for :meth:`at`.
+    G is the same for every pricing call of a GLMO call, while q changes, so an LMO may keep what it built
+    from G for as long as ``tag`` is the same.  ``out``: a work array of len(entries) for :meth:`at`.
     """
 
     values: np.ndarray
-    scale: np.ndarray
+    owner: np.ndarray
+    q: np.ndarray
     tag: int
     out: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def scale(self) -> np.ndarray:
+        """s, one number per row of the matrix."""
+        return np.append(self.q, 0.0)[self.owner]
 
     def at(self, entries: Entries) -> np.ndarray:
         """The direction's values at the entries (written into ``out``)."""

@@ -242,15 +242,28 @@ class NuclearBall(Set):
             out += super().combination_at([a for _, a in others], np.array([w for w, _ in others]), entries)
         return out
 
-    def image(self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None) -> np.ndarray | None:
+    def image(
+        self,
+        atom: Atom,
+        V: np.ndarray,
+        entries: Entries,
+        segments: Segments | None,
+        direction: np.ndarray | ScaledRows | None = None,
+    ) -> np.ndarray | None:
         """V a for a rank-one atom a = u v^T as u^T V_g v, V_g the matrix of V's row g on its segment: one sparse
         product over the entries, against evaluating a there (0.1 s at 10^7 entries) and multiplying.  For the
-        LMO's own entries held in CSR order (each row's entries together) with known segments."""
+        LMO's own entries held in CSR order (each row's entries together) with known segments, or priced for
+        a :class:`ScaledRows` direction whose factors the LMO holds: then one product of G with v, summed over
+        each row of V's matrix rows."""
         held = self._pattern
-        if not isinstance(atom, RankOneAtom) or segments is None or held is None or held[0] is not entries:
+        if not isinstance(atom, RankOneAtom) or held is None or held[0] is not entries:
             return None
         pattern = held[1]
-        if pattern._perm is not None:
+        if isinstance(direction, ScaledRows):
+            image = pattern.owned_products(direction, atom.u, atom.v)
+            if image is not None:
+                return image
+        if segments is None or pattern._perm is not None:
             return None
         u, out = pattern.to_rows(atom.u), np.zeros(len(V))
         for g, lo, hi in zip(segments.rows, segments.lo, segments.hi):

@@ -144,10 +144,13 @@ class Set(ABC):
         """sum_j weights_j atoms_j at the entries (at least one atom)."""
         return MixtureAtom(atoms, weights).at(entries)
 
-    def image(self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None) -> np.ndarray | None:
+    def image(
+        self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None, direction: Any = None
+    ) -> np.ndarray | None:
         """V a for an atom a of this set on ``entries`` (V is (n, len(entries)), ``segments`` its one-row column
         ranges, :mod:`fullcomp.glmo.segments`) without a's values there, or None when the set has no such way:
-        the caller then evaluates a and multiplies."""
+        the caller then evaluates a and multiplies.  ``direction``: the one a was priced for, which may carry
+        V's factors (:class:`~fullcomp.sets.atoms.ScaledRows`)."""
         return None
 
     def subspace(self, entries: Entries, device: torch.device | None = None) -> RitzSubspace | None:

@@ -167,6 +167,15 @@ class SparsePattern:
         ]
         return tuple(pairs)
 
+    def owned_products(self, direction: ScaledRows, u: np.ndarray, v: np.ndarray) -> np.ndarray | None:
+        """For each row g of V, u^T G_g v with G_g the rows of G that g owns, from the factors of
+        :meth:`scaled_operators` (None when they are not ``direction``'s): one product G v."""
+        if self._factors is None or self._factors[0] != direction.tag:
+            return None
+        products = self.to_rows(u) * (DeviceMatrix(self._factors[1][0], 0.0) @ v)
+        n = len(direction.q)
+        return np.bincount(self.to_rows(direction.owner), weights=products, minlength=n + 1)[:n]
+
     def flipped(self) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """The transpose's CSR structure (row pointers and columns as torch tensors) and, for each of its slots,
         the matrix's CSR slot of the same entry; made once."""
