@@ -536,19 +536,40 @@ def test_colgen_certificates_bound_the_truth_on_random_lanczos_instances(seed, m
 
 
 @pytest.mark.parametrize("kind", ["max", "cvar"])
-def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(kind, monkeypatch):
+@pytest.mark.parametrize("blocks", [False, True])
+def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(kind, blocks, monkeypatch):
     """Column generation with Rayleigh-Ritz pricing first (fullcomp.sets.subspace) on sparse entries, over
     Polyak steps of V that carry the subspace: heuristic atoms are used, and every certified gap bounds the
-    distance to CVXPY's optimum."""
+    distance to CVXPY's optimum.  A heuristic atom that is not good enough starts the LMO that follows
+    (``blocks``: block Lanczos, from its Ritz vectors)."""
     from fullcomp.model.composite import Outer
     from fullcomp.oracles import BatchJacobian
+    from fullcomp.sets import lanczos
     from fullcomp.sets.atoms import Entries, ZeroAtom
+    from fullcomp.sets.subspace import RitzSubspace
     from fullcomp.trackers import Revision
 
     monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)
     monkeypatch.setattr(fc.sets.balls, "SUBSPACE_ENTRIES", 0)
+    if blocks:
+        monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
+        monkeypatch.setattr(lanczos, "BLOCK", 2)  # blocks of 2 from 16 rows: a small CVXPY reference
+    events = []  # ("guess", a heuristic atom or None) and ("lmo", its hint), in call order
+    price, lmo = RitzSubspace.price, fc.NuclearBall.lmo_bounded
+
+    def guess(*args):
+        found = price(*args)
+        events.append(("guess", None if found is None else found[0]))
+        return found
+
+    def priced(self, direction, entries, hint=None, **kwargs):
+        events.append(("lmo", hint))
+        return lmo(self, direction, entries, hint, **kwargs)
+
+    monkeypatch.setattr(RitzSubspace, "price", guess)
+    monkeypatch.setattr(fc.NuclearBall, "lmo_bounded", priced)
     rng = np.random.default_rng(4)
-    shape, n, m = (12, 18), 5, 120
+    shape, n, m = ((16, 18), 5, 150) if blocks else ((12, 18), 5, 120)
     X = fc.NuclearBall(shape, 3.0)
     entries = Entries(np.sort(rng.choice(X.size, m, replace=False)), shape)
     alpha = 0.4
@@ -570,6 +591,8 @@ def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(kin
         V, y = 0.8 * V + 0.2 * J.dense().numpy(), res.x
         revision = Revision(k + 1, since=k, keep=0.8, weight=0.2, jacobian=J)
     assert heuristic > 0
+    after = [(a[1], b[1]) for a, b in zip(events, events[1:]) if a[0] == "guess" and a[1] is not None and b[0] == "lmo"]
+    assert after and all(hint is rejected and len(hint.ritz[1]) >= 1 for rejected, hint in after)
 
 
 @pytest.mark.parametrize("kind", ["max", "cvar"])

@@ -174,6 +174,8 @@ class ColumnGenerationGLMO:
                 heuristic += 1
                 self.hint = atom
             else:
+                if guess is not None:  # not good enough, but a start for the LMO made for this direction
+                    self.hint = guess[0]
                 atom, values, image, lower, sure = self._price(Vm, entries, q, offset, base, target, last)
                 calls += 1
                 if ritz is not None:
