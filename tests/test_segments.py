@@ -302,7 +302,12 @@ def test_a_combination_of_atoms_by_one_sampled_product_is_the_sum_of_their_value
     for entries in (lmo, other):
         found = X.combination_at(atoms, weights, entries)
         np.testing.assert_allclose(found, dense.reshape(-1)[entries.flat], rtol=1e-12, atol=1e-12)
-    assert len(sampled) == (2 if factors >= fc.sets.balls.SAMPLED_FACTORS else 0)
+        # Added into a caller's array (column generation's x): in place, the same bits as adding the result.
+        base = rng.standard_normal(len(entries))
+        into = base.copy()
+        assert X.combination_at(atoms, weights, entries, add_to=into) is into
+        np.testing.assert_array_equal(into, base + found)
+    assert len(sampled) == (4 if factors >= fc.sets.balls.SAMPLED_FACTORS else 0)
     assert X._pattern[1].row_order is not None and (not sampled or X._other[1]._perm is not None)
 
 

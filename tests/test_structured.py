@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+
 import cvxpy as cp
 import numpy as np
 import pytest
 import torch
 
 import fullcomp as fc
+from fullcomp.algorithms.method import Plan
 
 P, Q, GROUPS, OBSERVED = 6, 8, 3, 30
 RNG = np.random.default_rng(5)
@@ -52,6 +55,35 @@ def test_structured_and_dense_paths_give_the_same_iterates(outer_of, variant):
     assert torch.allclose(b.x_entries, a.x.reshape(-1)[torch.as_tensor(kept)], atol=1e-7)
     assert np.allclose(a.history.column("objective_estimate"), b.history.column("objective_estimate"), atol=1e-7)
     assert b.V.shape == (GROUPS, OBSERVED)  # the tracker lives on the observed entries only
+
+
+def test_a_structured_step_leaves_its_state_intact_and_reuses_the_iterate_of_the_state_before(monkeypatch):
+    """The driver's contract: a step never modifies the state it is given (an update past the budget is
+    discarded), and only an older state lends its buffers: y_{k+1} is written into y_{k-1}'s (a fresh array
+    at 10^7 entries page-faults its way in)."""
+    hmsfw_module = importlib.import_module("fullcomp.algorithms.hmsfw")
+    made = {}
+
+    def spying(step, state, **kwargs):
+        def spied(state, k):
+            new, row = step(state, k)
+            made[k + 1] = (new["y"].clone(), new["V"].clone())
+            return new, row
+
+        made[0] = (state["y"].clone(), state["V"].clone())
+        return Plan(spied, state, **kwargs)
+
+    monkeypatch.setattr(hmsfw_module, "Plan", spying)
+    iterates = []  # held, so that no fresh array can take a freed one's address
+
+    def check(it):  # the driver calls back on state k after step k has run on it
+        assert torch.equal(it.state["y"], made[it.k][0]) and torch.equal(it.state["V"], made[it.k][1])
+        iterates.append(it.state["y"])
+
+    _, structured = problems(cp.max)
+    fc.hmsfw(structured, iters=8, seed=2, progress=False, callback=check)
+    pointers = [y.data_ptr() for y in iterates]
+    assert len(pointers) == 9 and all(pointers[k + 2] == pointers[k] for k in range(1, 7))
 
 
 def test_structured_atoms_are_rank_one_and_rebuild_the_iterate():

@@ -167,6 +167,10 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         return distributed.mean(out.detach().to(dtype))[0]
 
     spare: list[torch.Tensor] = []  # the tracker buffer of the state before last, which no state holds now
+    # The same for y on the structured path (y_0 may share the caller's x0, so it never joins), and a buffer
+    # for z's Taylor step.
+    spare_y: list[torch.Tensor] = []
+    work: list[torch.Tensor] = []
 
     def buffer_for(V: torch.Tensor) -> torch.Tensor:
         """Where V_{k+1} goes when V_k is updated on a sparse sample's columns: a fresh (n, |reads|) array
@@ -202,7 +206,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
     y0 = tensor(y0)
     value, jac = sample_at(y0, 0)
-    state = {"y": y0, "y_prev": y0, "V": dense(jac), "revision": Revision(0), "z": value, "start": 1.0}
+    state = {"y": y0, "V": dense(jac), "revision": Revision(0), "z": value, "start": 1.0}
     state.update(atoms=[], shift=0.0)
     if hp["first_step"] != "auto":
         state["shift"] = 2.0 / hp["first_step"] - 2.0
@@ -268,13 +272,20 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
             x, atoms = tensor(res.x), blend_atoms(state["atoms"], res, gamma)  # x at the reads, then at track
-        y_next = torch.sub(x, y).mul_(gamma).add_(y)  # y + gamma (x - y): one fresh array instead of three
+        # y + gamma (x - y) in one array: y_{k-1}'s, which no state holds now (fresh ones page-fault in at scale)
+        out = spare_y.pop() if spare_y else None
+        y_next = (torch.sub(x, y) if out is None else torch.sub(x, y, out=out)).mul_(gamma).add_(y)
+        if k and kept is not None:
+            spare_y.append(y)
         value, V, revision = track_jacobian(state, y_next, beta, k + 1)
         if value_tracker == "taylor":
-            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, None if reads is None else reads.total)
+            if not work:
+                work.append(torch.empty_like(y_next[:n_read]))
+            total = None if reads is None else reads.total
+            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, total, work[0])
         else:
             z = polyak(state["z"], value, rho)
-        new = {**state, "y": y_next, "y_prev": y, "V": V, "revision": revision, "z": z, "atoms": atoms}
+        new = {**state, "y": y_next, "V": V, "revision": revision, "z": z, "atoms": atoms}
         new["start"] = state["start"] * (1 - gamma)
         return new, row
 

@@ -370,9 +370,9 @@ class ColumnGenerationGLMO:
             x[lo : lo + CHUNK] = lam[cached] @ self.values[cached, lo : lo + CHUNK]
         if lazy.size:
             atoms, weights, n = [self.atoms[j] for j in lazy], lam[lazy], len(entries)
-            x[:n] += self.domain.combination_at(atoms, weights, entries)
+            self.domain.combination_at(atoms, weights, entries, add_to=x[:n])
             if track is not None and len(track):
-                x[n:] += self.domain.combination_at(atoms, weights, track)
+                self.domain.combination_at(atoms, weights, track, add_to=x[n:])
         return x
 
     def _values_at(self, entries: Entries, columns: np.ndarray) -> np.ndarray:

@@ -4,8 +4,9 @@ A method's set-up returns a :class:`Plan`: its ``step(state, k) -> (next_state,
 row)`` (the paper's box) and how to read a state.  The driver does the rest.
 A step never modifies its state in place, so keeping the previous state costs
 nothing and an update that crosses the time budget can be discarded.  A step may
-write into the buffers of a state older than that (HMSFW's tracker alternates two
-(n, |reads|) buffers), so a callback that keeps states must copy what it needs.
+write into the buffers of a state older than that (on the structured path HMSFW's
+tracker and iterate each alternate two buffers), so a callback that keeps states
+must copy what it needs.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ Step = Callable[[dict, int], "tuple[dict, dict]"]
 class Iterate:
     """What a callback sees: the iteration, the iterate x and the row being recorded.
 
-    ``state`` is the method's; later steps may reuse its buffers, so copy what you keep.
+    ``state`` is the method's; later steps may reuse its buffers (and on the structured path, ``reads=``,
+    the buffer of ``x``), so copy what you keep.
     """
 
     k: int

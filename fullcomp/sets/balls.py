@@ -228,19 +228,29 @@ class NuclearBall(Set):
             return None
         return RitzSubspace(self.radius, entries, self._pattern_for(entries))
 
-    def combination_at(self, atoms: list[Atom], weights: np.ndarray, entries: Entries) -> np.ndarray:
-        """sum_j weights_j atoms_j at the entries; from :data:`SAMPLED_FACTORS` rank-one terms (mixtures
-        flattened) on sparse entries, by one sampled product U W^T of their stacked factors."""
+    def combination_at(
+        self, atoms: list[Atom], weights: np.ndarray, entries: Entries, add_to: np.ndarray | None = None
+    ) -> np.ndarray:
+        """sum_j weights_j atoms_j at the entries (plus ``add_to``, in place); from :data:`SAMPLED_FACTORS`
+        rank-one terms (mixtures flattened) on sparse entries, by one sampled product U W^T of their stacked
+        factors."""
         terms = [(w * v, member) for w, atom in zip(weights, atoms) for v, member in flatten(atom)]
         factors = [(w, a) for w, a in terms if isinstance(a, RankOneAtom)]
         if len(factors) < SAMPLED_FACTORS or len(entries) == self.size:
-            return super().combination_at([a for _, a in terms], np.array([w for w, _ in terms]), entries)
+            return super().combination_at([a for _, a in terms], np.array([w for w, _ in terms]), entries, add_to)
         others = [(w, a) for w, a in terms if not isinstance(a, RankOneAtom)]
         left = np.stack([w * a.u for w, a in factors], axis=1)
-        out = self._sampling_pattern(entries).sample(left, np.stack([a.v for _, a in factors], axis=1))
-        if others:
-            out += super().combination_at([a for _, a in others], np.array([w for w, _ in others]), entries)
-        return out
+        right = np.stack([a.v for _, a in factors], axis=1)
+        pattern = self._sampling_pattern(entries)
+        if not others:
+            return pattern.sample(left, right, add_to)
+        out = super().combination_at(
+            [a for _, a in others], np.array([w for w, _ in others]), entries, pattern.sample(left, right)
+        )
+        if add_to is None:
+            return out
+        add_to += out
+        return add_to
 
     def image(
         self,

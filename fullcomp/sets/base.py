@@ -140,9 +140,16 @@ class Set(ABC):
         :class:`~fullcomp.sets.atoms.ScaledRows` (its factors); column generation gives it the values otherwise."""
         return False
 
-    def combination_at(self, atoms: list[Atom], weights: np.ndarray, entries: Entries) -> np.ndarray:
-        """sum_j weights_j atoms_j at the entries (at least one atom)."""
-        return MixtureAtom(atoms, weights).at(entries)
+    def combination_at(
+        self, atoms: list[Atom], weights: np.ndarray, entries: Entries, add_to: np.ndarray | None = None
+    ) -> np.ndarray:
+        """sum_j weights_j atoms_j at the entries (at least one atom), or ``add_to`` plus that sum, written into
+        ``add_to`` (float64, one value per entry)."""
+        values = MixtureAtom(atoms, weights).at(entries)
+        if add_to is None:
+            return values
+        add_to += values
+        return add_to
 
     def image(
         self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None, direction: Any = None

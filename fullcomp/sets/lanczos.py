@@ -115,6 +115,7 @@ class SparsePattern:
         self._sampler: torch.Tensor | None = None  # the pattern as a torch CSR matrix of zeros, for sample()
         self._flipped: tuple[torch.Tensor, torch.Tensor, np.ndarray] | None = None  # see flipped()
         self._factors: tuple[int, list[torch.Tensor], np.ndarray] | None = None  # see scaled_operators()
+        self._factor_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def fill(self, values: np.ndarray) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix with ``values`` (in the pattern's order) and its transpose, sharing the arrays.
@@ -143,19 +144,26 @@ class SparsePattern:
         10^7), at one permutation of G's values per tag instead of one per pricing call, and no pricing call
         forms the direction's values."""
         if self._factors is None or self._factors[0] != direction.tag:
-            self._factors = None  # the last tag's arrays go before this one's are made
-            values = direction.values if self._perm is None else direction.values[self._perm]
+            # The arrays are written in place tag after tag: fresh ones (five of nnz entries) page-faulted in,
+            # 0.17 s of kernel time per GLMO call at 10^7 entries on this project's machine.
+            nnz = self.matrix.nnz
+            if self._factor_arrays is None:
+                self._factor_arrays = (np.empty((3, nnz)), np.empty((2, nnz), dtype=np.float32), np.empty(nnz + 1))
+            wide, narrow, running = self._factor_arrays
+            values = direction.values if self._perm is None else np.take(direction.values, self._perm, out=wide[0])
             crow, col, slots = self.flipped()
-            flipped = np.take(values, slots)
+            flipped = np.take(values, slots, out=wide[1])
+            narrow[0], narrow[1] = values, flipped
             shapes = (self.matrix.shape, self.matrix.shape[::-1])
             structures = (self._torch_structure(), (crow, col))
             matrices = [
-                csr_tensor(*structure, torch.from_numpy(v.astype(dtype, copy=False)), shape)
-                for dtype in (np.float64, np.float32)
-                for v, structure, shape in zip((values, flipped), structures, shapes)
+                csr_tensor(*structure, torch.from_numpy(v), shape)
+                for pair in ((values, flipped), narrow)
+                for v, structure, shape in zip(pair, structures, shapes)
             ]
             # Each row's squared norm, from a running sum: it only scales the iteration's breakdown tests.
-            running = np.concatenate([[0.0], np.cumsum(values * values)])
+            running[0] = 0.0
+            np.cumsum(np.multiply(values, values, out=wide[2]), out=running[1:])
             norms = running[self.matrix.indptr[1:]] - running[self.matrix.indptr[:-1]]
             self._factors = (direction.tag, matrices, norms)
         _, matrices, norms = self._factors
@@ -195,21 +203,30 @@ class SparsePattern:
             self._host = (torch.from_numpy(self.matrix.indptr), torch.from_numpy(self.matrix.indices))
         return self._host
 
-    def sample(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    def sample(self, left: np.ndarray, right: np.ndarray, add_to: np.ndarray | None = None) -> np.ndarray:
         """The values of left @ right.T (P x k and Q x k factors) at the pattern's entries, in their order: one
-        sampled product (torch's sampled_addmm)."""
+        sampled product (torch's sampled_addmm).  With ``add_to`` (float64, one value per entry) they are added
+        into it; for entries in CSR order the product writes there itself (the same bits as adding): a fresh
+        result at 10^7 entries is 80 MB of first touches, 0.1-0.2 s on this project's machine."""
         left = torch.from_numpy(np.ascontiguousarray(self.to_rows(left), dtype=np.float64))
         right = torch.from_numpy(np.ascontiguousarray(right.T, dtype=np.float64))
-        if self._sampler is None:
-            self._sampler = self._torch(torch.zeros(self.matrix.nnz, dtype=torch.float64))
         with warnings.catch_warnings():  # torch says once per process that sparse CSR support is in beta
             warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+            if add_to is not None and self._perm is None and add_to.dtype == np.float64 and add_to.flags.c_contiguous:
+                into = self._torch(torch.from_numpy(add_to))
+                torch.sparse.sampled_addmm(into, left, right, beta=1.0, out=into)
+                return add_to
+            if self._sampler is None:
+                self._sampler = self._torch(torch.zeros(self.matrix.nnz, dtype=torch.float64))
             out = torch.sparse.sampled_addmm(self._sampler, left, right, beta=0.0).values().numpy()
-        if self._perm is None:
+        if self._perm is not None:
+            values = np.empty_like(out)
+            values[self._perm] = out
+            out = values
+        if add_to is None:
             return out
-        values = np.empty_like(out)
-        values[self._perm] = out
-        return values
+        add_to += out
+        return add_to
 
     def part(self, values: np.ndarray, lo: int, hi: int) -> tuple[sp.csr_matrix, sp.csc_matrix]:
         """The matrix holding ``values`` at the pattern's entries lo:hi and zero elsewhere, and its transpose,
