@@ -96,10 +96,15 @@ def completion(rank: int | None) -> fc.CompositeProblem:
 SHARDED_DATA = fc.datasets.synthetic_ratings(shape=(30, 20), n_ratings=400, seed=6)
 
 
-def lanczos_case(rank: int, blocks: str, by_blocks: bool) -> dict:
+def lanczos_case(rank: int, blocks: str, kind: str) -> dict:
     """Rank ``rank``'s block of rows (or of columns) of a random sparse 120 x 50 direction, priced by the
-    nuclear LMO (``by_blocks``: by block Lanczos, as on many entries)."""
-    fc.sets.balls.BLOCK_ENTRIES = 0 if by_blocks else 500_000
+    nuclear LMO: by single-vector Lanczos, by block Lanczos (as on many entries), or by block Lanczos on the
+    direction's factors (``kind`` "factored": diag(s) G with each row scaled by one of three groups' weights,
+    in float32 first)."""
+    from fullcomp.sets.atoms import ScaledRows
+    from fullcomp.sets.lanczos import SparsePattern
+
+    fc.sets.balls.BLOCK_ENTRIES = 500_000 if kind == "single" else 0
     gen = torch.Generator().manual_seed(7)
     flat = torch.randperm(120 * 50, generator=gen)[:1500].sort().values.numpy()
     values = torch.randn(flat.size, generator=gen, dtype=torch.float64).numpy()
@@ -107,9 +112,26 @@ def lanczos_case(rank: int, blocks: str, by_blocks: bool) -> dict:
     mine = (flat // 50 >= 60) == bool(rank) if blocks == "rows" else (flat % 50 >= 25) == bool(rank)
     entries = fc.sets.atoms.Entries(flat[mine], (120, 50), sharded=True)
     side = entries.check_blocks()
-    atom, lower = fc.NuclearBall((120, 50), 2.0).lmo_bounded(values[mine], entries)
+    X, direction, built = fc.NuclearBall((120, 50), 2.0), values[mine], []
+    if kind == "factored":
+        owner, q = np.arange(120) % 3, np.array([0.7, -1.3, 0.4])
+        direction = ScaledRows(values[mine], owner, q, tag=0)
+        values = values * q[owner[flat // 50]]  # the direction's values, for the SVD of the whole
+        real = SparsePattern.scaled_operators
+        SparsePattern.scaled_operators = lambda self, d: built.append(d.tag) or real(self, d)
+    try:
+        atom, lower = X.lmo_bounded(direction, entries)
+    finally:
+        if kind == "factored":
+            SparsePattern.scaled_operators = real
     found = {"u": atom.u, "v": atom.v, "flat": flat, "values": values}
-    return {"lower": lower, "side": side, "ritz": atom.ritz is not None, **{k: v.tolist() for k, v in found.items()}}
+    return {
+        "lower": lower,
+        "side": side,
+        "ritz": atom.ritz is not None,
+        "factored": bool(built),
+        **{k: v.tolist() for k, v in found.items()},
+    }
 
 
 def subspace_case(rank: int | None) -> dict:
@@ -150,6 +172,9 @@ def subspace_case(rank: int | None) -> dict:
         }
     return found
 
+
+#: Large enough on both sides for block Lanczos (fullcomp.sets.balls: 8 blocks of vectors on the shorter side).
+BLOCKED_DATA = fc.datasets.synthetic_ratings(shape=(48, 40), n_ratings=800, seed=6)
 
 #: A wide problem (P < Q), whose ranks hold blocks of columns.
 WIDE_DATA = fc.datasets.synthetic_ratings(shape=(20, 30), n_ratings=400, seed=6)
@@ -223,13 +248,13 @@ def on_cuda(rank: int) -> fc.CompositeProblem:
     return fc.CompositeProblem(cp.max(fc.inner_value(3)), inner, fc.L1Ball(6, 2.0), sampler=sampler)
 
 
-def touched_union() -> fc.CompositeProblem:
+def touched_union(data=SHARDED_DATA) -> fc.CompositeProblem:
     """The one-process twin of :func:`sharded` declared, as each rank's part is, on the entries its batches
     touch: its tracker then moves by sparse revisions, as the ranks' do."""
     from fullcomp.experiments import sharded_completion_problem
 
-    parts = [sharded_completion_problem(SHARDED_DATA, batch=8, rank=r, size=WORLD) for r in range(WORLD)]
-    union, starts = sharded(None), [0, len(parts[0].reads)]
+    parts = [sharded_completion_problem(data, batch=8, rank=r, size=WORLD) for r in range(WORLD)]
+    union, starts = sharded(None, data), [0, len(parts[0].reads)]
 
     def touches(batches):
         return torch.cat([p.touches(b) + s for p, b, s in zip(parts, batches, starts)])
@@ -238,34 +263,41 @@ def touched_union() -> fc.CompositeProblem:
         pieces = values.split([p.touches(b).numel() for p, b in zip(parts, batches)])
         return sum(p.inner_on_touched(v, b) for p, v, b in zip(parts, pieces, batches)) / WORLD
 
-    outer = cp.max(fc.inner_value(SHARDED_DATA.n_groups))
+    outer = cp.max(fc.inner_value(data.n_groups))
     return fc.CompositeProblem(
         outer, inner, parts[0].domain, sampler=union.sampler, reads=union.reads.flat, touches=touches, sharded=True
     )
 
 
-def subspace_run(rank: int | None) -> dict:
+def subspace_run(rank: int | None, blocked: bool = False) -> dict:
     """Certified HMSFW on the sharded problem with heuristic pricing on (its thresholds lowered to this size),
-    and how many heuristic atoms its GLMOs used; None: on :func:`touched_union`."""
+    how many heuristic atoms its GLMOs used and how many GLMO calls priced on the direction's factors; None: on
+    :func:`touched_union`.  ``blocked``: block Lanczos too, which prices row-scaled directions by their factors."""
     from fullcomp.glmo import ColumnGenerationGLMO
+    from fullcomp.sets.lanczos import SparsePattern
 
-    thresholds = fc.sets.balls.DENSE_SIDE, fc.sets.balls.SUBSPACE_ENTRIES
-    fc.sets.balls.DENSE_SIDE, fc.sets.balls.SUBSPACE_ENTRIES = 0, 0
-    real, used = ColumnGenerationGLMO.solve, []
+    balls = fc.sets.balls
+    thresholds = balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES, balls.BLOCK_ENTRIES
+    balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES = 0, 0
+    if blocked:
+        balls.BLOCK_ENTRIES = 0
+    real, used, factored = (ColumnGenerationGLMO.solve, SparsePattern.scaled_operators), [], []
 
     def counted(self, *args, **kwargs):
-        res = real(self, *args, **kwargs)
+        res = real[0](self, *args, **kwargs)
         used.append(res.heuristic)
         return res
 
     ColumnGenerationGLMO.solve = counted
+    SparsePattern.scaled_operators = lambda self, d: factored.append(d.tag) or real[1](self, d)
     try:
-        problem = touched_union() if rank is None else sharded(rank)
+        data = BLOCKED_DATA if blocked else SHARDED_DATA
+        problem = touched_union(data) if rank is None else sharded(rank, data)
         result = fc.solve(problem, "hmsfw", iters=10, seed=SEED, progress=False)
     finally:
-        ColumnGenerationGLMO.solve = real
-        fc.sets.balls.DENSE_SIDE, fc.sets.balls.SUBSPACE_ENTRIES = thresholds
-    return {**record(result), "heuristic": sum(used)}
+        ColumnGenerationGLMO.solve, SparsePattern.scaled_operators = real
+        balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES, balls.BLOCK_ENTRIES = thresholds
+    return {**record(result), "heuristic": sum(used), "factored": len(set(factored))}
 
 
 def worker(case: str, out: str, extra: str) -> None:
@@ -296,13 +328,15 @@ def worker(case: str, out: str, extra: str) -> None:
             found = {"error": str(exc)}
     elif case == "lanczos":
         found = {
-            f"{blocks}-{kind}": lanczos_case(here.rank, blocks, kind == "block")
-            for blocks, kind in itertools.product(("rows", "cols"), ("single", "block"))
+            f"{blocks}-{kind}": lanczos_case(here.rank, blocks, kind)
+            for blocks, kind in itertools.product(("rows", "cols"), ("single", "block", "factored"))
         }
     elif case == "subspace":
         found = subspace_case(here.rank)
     elif case == "subspace-run":
         found = subspace_run(here.rank)
+    elif case == "factored-run":
+        found = subspace_run(here.rank, blocked=True)
     elif case == "sharded-checkpoint":
         path = os.path.join(extra, "sharded.ckpt")
         run = dict(seed=SEED, progress=False, max_pricing=4)
