@@ -6,6 +6,7 @@ the test process itself.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -276,11 +277,11 @@ def subspace_run(rank: int | None, blocked: bool = False) -> dict:
     from fullcomp.glmo import ColumnGenerationGLMO
     from fullcomp.sets.lanczos import SparsePattern
 
-    balls = fc.sets.balls
-    thresholds = balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES, balls.BLOCK_ENTRIES
+    balls, colgen = fc.sets.balls, importlib.import_module("fullcomp.glmo.colgen")
+    thresholds = balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES, balls.BLOCK_ENTRIES, colgen.LAZY_ENTRIES
     balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES = 0, 0
-    if blocked:
-        balls.BLOCK_ENTRIES = 0
+    if blocked:  # lazy atoms too: their images come from the factors
+        balls.BLOCK_ENTRIES = colgen.LAZY_ENTRIES = 0
     real, used, factored = (ColumnGenerationGLMO.solve, SparsePattern.scaled_operators), [], []
 
     def counted(self, *args, **kwargs):
@@ -296,7 +297,7 @@ def subspace_run(rank: int | None, blocked: bool = False) -> dict:
         result = fc.solve(problem, "hmsfw", iters=10, seed=SEED, progress=False)
     finally:
         ColumnGenerationGLMO.solve, SparsePattern.scaled_operators = real
-        balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES, balls.BLOCK_ENTRIES = thresholds
+        balls.DENSE_SIDE, balls.SUBSPACE_ENTRIES, balls.BLOCK_ENTRIES, colgen.LAZY_ENTRIES = thresholds
     return {**record(result), "heuristic": sum(used), "factored": len(set(factored))}
 
 

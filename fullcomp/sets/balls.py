@@ -272,7 +272,7 @@ class NuclearBall(Set):
         if isinstance(direction, ScaledRows):
             image = pattern.owned_products(direction, atom.u, atom.v)
             if image is not None:
-                return image
+                return entries.total(image)
         if segments is None or pattern._perm is not None:
             return None
         u, out = pattern.to_rows(atom.u), np.zeros(len(V))
