@@ -273,6 +273,22 @@ def test_a_rank_one_image_from_the_segments_is_the_image_of_its_values(shape):
     assert X.image(atom, V, Entries(flat, shape), Segments.find(V)) is None  # not the LMO's entries
 
 
+def test_a_part_of_the_pattern_multiplies_by_scipys_kernel_on_its_rows_with_the_same_bits():
+    """The heuristic pricer's and the images' per-segment products skip building the part (a copy of its slice
+    of the pattern): the same numbers to the bit, for slots that start and end inside rows, on both sides."""
+    from fullcomp.sets.lanczos import SparsePattern
+
+    rng = np.random.default_rng(21)
+    P, Q = 50, 40
+    flat = np.sort(rng.choice(P * Q, 600, replace=False))
+    pattern, values = SparsePattern(flat // Q, flat % Q, (P, Q)), rng.standard_normal(600)
+    for lo, hi in [(0, 600), (37, 211), (100, 101), (5, 5), (599, 600)]:
+        matrix, transpose = pattern.part(values[lo:hi], lo, hi)
+        for side, x in ((True, rng.standard_normal(P)), (False, rng.standard_normal(Q))):
+            found = pattern.part_product(values[lo:hi], lo, hi, x, transpose=side)
+            np.testing.assert_array_equal(found, (transpose if side else matrix) @ x)
+
+
 def spy(method, calls):
     def counted(*args, **kwargs):
         calls.append(1)

@@ -277,7 +277,7 @@ class NuclearBall(Set):
             return None
         u, out = pattern.to_rows(atom.u), np.zeros(len(V))
         for g, lo, hi in zip(segments.rows, segments.lo, segments.hi):
-            out[g] += u @ (pattern.part(V[g, lo:hi], lo, hi)[0] @ atom.v)
+            out[g] += u @ pattern.part_product(V[g, lo:hi], lo, hi, atom.v, transpose=False)
         return entries.total(out)
 
     def _sampling_pattern(self, entries: Entries) -> SparsePattern:

@@ -236,6 +236,32 @@ class SparsePattern:
         part = sp.csr_matrix((values, csr.indices[lo:hi], np.clip(csr.indptr, lo, hi) - lo), shape=csr.shape)
         return part, part.T
 
+    def part_product(self, values: np.ndarray, lo: int, hi: int, x: np.ndarray, transpose: bool) -> np.ndarray:
+        """``part(values, lo, hi)[0] @ x`` (``transpose``: its transpose's), by scipy's own kernel on the rows that
+        hold the slots lo:hi, the same bits: building the part copies its slice of the pattern's columns and
+        ``values`` (scipy's constructor prunes views), 0.75 s over 6 updates at 10^7 entries."""
+        assert self._perm is None, "a part of the pattern needs its entries in CSR order"
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if _sparsetools is None:
+            matrix, matrix_t = self.part(values, lo, hi)
+            return (matrix_t if transpose else matrix) @ x
+        P, Q = self.matrix.shape
+        indptr = self.matrix.indptr
+        first = int(np.searchsorted(indptr, lo, side="right")) - 1
+        last = max(int(np.searchsorted(indptr, hi, side="left")), first)
+        pointers = np.clip(indptr[first : last + 1], lo, hi) - lo
+        columns = self.matrix.indices[lo:hi]
+        if transpose:  # the part's transpose is a CSC matrix on the same arrays; its empty columns add nothing
+            out = np.zeros(Q)
+            _sparsetools.csc_matvec(Q, last - first, pointers, columns, values, x[first:last], out)
+            return out
+        rows = np.zeros(last - first)
+        _sparsetools.csr_matvec(last - first, Q, pointers, columns, values, x, rows)
+        out = np.zeros(P)
+        out[first:last] = rows
+        return out
+
     def draws(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The Lanczos start vectors (:func:`fixed_draw`) of the matrix's row and column sides, rows relabelled,
         or None when they are not (the defaults then serve); made once."""

@@ -114,12 +114,12 @@ class RitzSubspace:
         # The pattern's matrix may have its rows relabelled (SparsePattern.to_rows).
         vector = self.pattern.to_rows(self.basis[slot]) if self.rows_long else self.basis[slot]
         if self.segments is None:
-            parts = ((g, *self.pattern.fill(row)) for g, row in enumerate(self.V))
+            for g, row in enumerate(self.V):
+                matrix, transpose = self.pattern.fill(row)
+                column[g] += transpose @ vector if self.rows_long else matrix @ vector
         else:
-            spans = zip(self.segments.rows, self.segments.lo, self.segments.hi)
-            parts = ((g, *self.pattern.part(self.V[g, lo:hi], lo, hi)) for g, lo, hi in spans)
-        for g, matrix, transpose in parts:
-            column[g] += transpose @ vector if self.rows_long else matrix @ vector
+            for g, lo, hi in zip(self.segments.rows, self.segments.lo, self.segments.hi):
+                column[g] += self.pattern.part_product(self.V[g, lo:hi], lo, hi, vector, self.rows_long)
         if not self.rows_long:
             column = self.pattern.from_rows(column.T).T
         self.products[:, slot] = self.entries.total(column)
