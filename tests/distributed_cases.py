@@ -249,13 +249,13 @@ def on_cuda(rank: int) -> fc.CompositeProblem:
     return fc.CompositeProblem(cp.max(fc.inner_value(3)), inner, fc.L1Ball(6, 2.0), sampler=sampler)
 
 
-def touched_union(data=SHARDED_DATA) -> fc.CompositeProblem:
+def touched_union(data=SHARDED_DATA, blocks: str = "rows") -> fc.CompositeProblem:
     """The one-process twin of :func:`sharded` declared, as each rank's part is, on the entries its batches
     touch: its tracker then moves by sparse revisions, as the ranks' do."""
     from fullcomp.experiments import sharded_completion_problem
 
-    parts = [sharded_completion_problem(data, batch=8, rank=r, size=WORLD) for r in range(WORLD)]
-    union, starts = sharded(None, data), [0, len(parts[0].reads)]
+    parts = [sharded_completion_problem(data, batch=8, rank=r, size=WORLD, blocks=blocks) for r in range(WORLD)]
+    union, starts = sharded(None, data, blocks), [0, len(parts[0].reads)]
 
     def touches(batches):
         return torch.cat([p.touches(b) + s for p, b, s in zip(parts, batches, starts)])
@@ -270,7 +270,7 @@ def touched_union(data=SHARDED_DATA) -> fc.CompositeProblem:
     )
 
 
-def subspace_run(rank: int | None, blocked: bool = False) -> dict:
+def subspace_run(rank: int | None, blocked: bool = False, blocks: str = "rows") -> dict:
     """Certified HMSFW on the sharded problem with heuristic pricing on (its thresholds lowered to this size),
     how many heuristic atoms its GLMOs used and how many GLMO calls priced on the direction's factors; None: on
     :func:`touched_union`.  ``blocked``: block Lanczos too, which prices row-scaled directions by their factors."""
@@ -293,7 +293,7 @@ def subspace_run(rank: int | None, blocked: bool = False) -> dict:
     SparsePattern.scaled_operators = lambda self, d: factored.append(d.tag) or real[1](self, d)
     try:
         data = BLOCKED_DATA if blocked else SHARDED_DATA
-        problem = touched_union(data) if rank is None else sharded(rank, data)
+        problem = touched_union(data, blocks) if rank is None else sharded(rank, data, blocks)
         result = fc.solve(problem, "hmsfw", iters=10, seed=SEED, progress=False)
     finally:
         ColumnGenerationGLMO.solve, SparsePattern.scaled_operators = real
@@ -337,7 +337,7 @@ def worker(case: str, out: str, extra: str) -> None:
     elif case == "subspace-run":
         found = subspace_run(here.rank)
     elif case == "factored-run":
-        found = subspace_run(here.rank, blocked=True)
+        found = {blocks: subspace_run(here.rank, blocked=True, blocks=blocks) for blocks in ("rows", "cols")}
     elif case == "sharded-checkpoint":
         path = os.path.join(extra, "sharded.ckpt")
         run = dict(seed=SEED, progress=False, max_pricing=4)

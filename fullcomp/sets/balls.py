@@ -387,11 +387,9 @@ class NuclearBall(Set):
 
     def takes_scaled_rows(self, entries: Entries, device: torch.device | None = None) -> bool:
         """True where the LMO runs by blocks on this host's entries, through torch's MKL kernel: it then multiplies
-        a :class:`ScaledRows` direction by its factors.  Sharded, when the ranks hold blocks of rows (the split
-        iteration is on the columns, and each rank scales its own rows)."""
+        a :class:`ScaledRows` direction by its factors.  Sharded too, on blocks of rows or of columns: each rank
+        scales the rows of its own block of G, and the split iteration sums the products as for any direction."""
         if len(entries) == self.size or not torch.backends.mkl.is_available():
-            return False
-        if entries.sharded and entries.blocks != "rows":
             return False
         if device is not None and torch.device(device).type in lanczos.PRODUCT_DEVICES:
             return False
