@@ -167,10 +167,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         return distributed.mean(out.detach().to(dtype))[0]
 
     spare: list[torch.Tensor] = []  # the tracker buffer of the state before last, which no state holds now
-    # The same for y on the structured path (y_0 may share the caller's x0, so it never joins), and a buffer
-    # for z's Taylor step.
-    spare_y: list[torch.Tensor] = []
-    work: list[torch.Tensor] = []
+    spare_y: list[torch.Tensor] = []  # the same for y on the structured path (y_0 may share the caller's x0)
 
     def buffer_for(V: torch.Tensor) -> torch.Tensor:
         """Where V_{k+1} goes when V_k is updated on a sparse sample's columns: a fresh (n, |reads|) array
@@ -205,6 +202,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
 
     # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
     y0 = tensor(y0)
+    work = torch.empty_like(y0[:n_read]) if value_tracker == "taylor" else None  # z's Taylor step, y_k - y_{k-1}
     value, jac = sample_at(y0, 0)
     state = {"y": y0, "V": dense(jac), "revision": Revision(0), "z": value, "start": 1.0}
     state.update(atoms=[], shift=0.0)
@@ -279,10 +277,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             spare_y.append(y)
         value, V, revision = track_jacobian(state, y_next, beta, k + 1)
         if value_tracker == "taylor":
-            if not work:
-                work.append(torch.empty_like(y_next[:n_read]))
             total = None if reads is None else reads.total
-            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, total, work[0])
+            z = taylor(state["z"], V, y_next[:n_read], y[:n_read], value, rho, total, work)
         else:
             z = polyak(state["z"], value, rho)
         new = {**state, "y": y_next, "V": V, "revision": revision, "z": z, "atoms": atoms}
