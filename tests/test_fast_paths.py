@@ -61,7 +61,7 @@ def test_dmax_gradients_by_backward_equal_torch_func():
     X = torch.randn(16, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
 
     def phi(net, y, batch):
-        return (net(batch).squeeze(-1) ** 2).mean() + y @ y
+        return (net(batch).squeeze(-1) ** 2).mean() * (1 + y.sum()) + y @ y
 
     problem = fc.DMaxProblem(phi, x0=model, y0=torch.ones(2, dtype=torch.float64), full_batch=X)
     from fullcomp.oracles.dmax import DMaxOracle
@@ -74,6 +74,10 @@ def test_dmax_gradients_by_backward_equal_torch_func():
     expected = grad(lambda v, y: phi(problem.x.view(v), y, X), argnums=(0, 1))(start["x"], start["y"])
     assert torch.allclose(s.phi_x, expected[0], rtol=1e-13, atol=1e-15)
     assert torch.allclose(s.phi_y, expected[1], rtol=1e-13, atol=1e-15)
+    held = oracle.gradients(0, X, phi_at=(start["x"], 3 * start["y"]), held=("phi_y",))  # y a constant
+    x_only = grad(lambda v: phi(problem.x.view(v), 3 * start["y"], X))(start["x"])
+    assert held.phi_y is None and torch.allclose(held.phi_x, x_only, rtol=1e-13, atol=1e-15)
+    assert float(held.phi) == float(phi(model, 3 * start["y"], X))
 
 
 def test_one_leaf_difference_gradient_matches_torch_func():

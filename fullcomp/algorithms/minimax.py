@@ -51,9 +51,12 @@ class MinMax:
         start = self.oracle.start()
         self.x0, self.y0 = start["x"], start["y"]
 
-    def gradients(self, k: int, x: torch.Tensor, y: torch.Tensor | None) -> tuple:
-        """(g_x, g_y or None, row) on one fresh batch; the row holds the sampled phi and ||g_x||, checked finite."""
-        s = self.oracle.gradients(k, self.oracle.draw(self.generator)[0], phi_at=(x, y))
+    def gradients(self, k: int, x: torch.Tensor, y: torch.Tensor | None, hold_y: bool = False) -> tuple:
+        """(g_x, g_y or None, row) on one fresh batch; the row holds the sampled phi and ||g_x||, checked finite.
+
+        With ``hold_y``, y is a constant of phi and g_y is None."""
+        held = ("phi_y",) if hold_y else ()
+        s = self.oracle.gradients(k, self.oracle.draw(self.generator)[0], phi_at=(x, y), held=held)
         phi, g_norm, _ = self.oracle.check(
             k,
             {
@@ -242,7 +245,7 @@ def sopa_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
         x = state["x"]
-        gx, _, row = mm.gradients(k, x, y0)
+        gx, _, row = mm.gradients(k, x, y0, hold_y=True)
         if not adam:
             return {**state, "x": x - rates * gx}, row
         # Adam on the weights (LibAUC's default), the plain step on the thresholds.

@@ -160,18 +160,18 @@ class DMaxOracle:
         zero = torch.zeros_like(phi if phi is not None else psi)
         return (zero if phi is None else phi), (zero if psi is None else psi)
 
-    def _grad(self, blocks: dict, batch: Any, psi_batch: Any) -> tuple[dict, tuple]:
+    def _grad(self, blocks: dict, batch: Any, psi_batch: Any, held: tuple[str, ...] = ()) -> tuple[dict, tuple]:
         """The gradient of phi + psi in every block, by one plain backward pass.
 
         Plain autograd rather than torch.func's transform: the same gradients, and per call it costs less
         than the transform's wrapping (measured on the pAUC protocol's MLP: fullcomp's SGDA step went from
         2.0x to about the hand-written loop's time).
         """
-        leaves = {name: v.detach().requires_grad_(True) for name, v in blocks.items()}
+        leaves = {name: v.detach().requires_grad_(True) for name, v in blocks.items() if name not in held}
         with torch.enable_grad():
-            phi, psi = self._terms(leaves, batch, psi_batch)
+            phi, psi = self._terms({n: leaves.get(n, v) for n, v in blocks.items()}, batch, psi_batch)
             # One term alone is its own total: no zero added, and one node less for the backward pass.
-            total = phi + psi if "phi_x" in leaves and "psi_x" in leaves else (phi if "phi_x" in leaves else psi)
+            total = phi + psi if "phi_x" in blocks and "psi_x" in blocks else (phi if "phi_x" in blocks else psi)
         if total.requires_grad:
             found = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
         else:  # phi and psi do not depend on the blocks
@@ -190,12 +190,24 @@ class DMaxOracle:
             raise ValueError("give phi_at, psi_at or both")
         return blocks
 
-    def gradients(self, k: int, batch: Any, psi_batch: Any = None, *, phi_at: Any = None, psi_at: Any = None) -> Sample:
+    def gradients(
+        self,
+        k: int,
+        batch: Any,
+        psi_batch: Any = None,
+        *,
+        phi_at: Any = None,
+        psi_at: Any = None,
+        held: tuple[str, ...] = (),
+    ) -> Sample:
         """Sampled phi at ``phi_at`` on ``batch``, psi at ``psi_at`` on ``psi_batch`` (default ``batch``),
-        and their gradients in every block given, from one backward pass."""
+        and their gradients in every block given, from one backward pass.
+
+        The blocks named in ``held`` ("phi_y", "psi_z") enter as constants: no gradient (None), and no
+        backward work through them, for a method that never moves them (SOPA's y)."""
         self._k = k
         psi_batch = batch if psi_batch is None else psi_batch
-        grads, (_, (phi, psi)) = self._grad(self._blocks(phi_at, psi_at), batch, psi_batch)
+        grads, (_, (phi, psi)) = self._grad(self._blocks(phi_at, psi_at), batch, psi_batch, held)
         if self._parallel:  # the union of the ranks' batches, as DistributedDataParallel averages
             names = list(grads)
             phi, psi, *averaged = distributed.mean(phi, psi, *(grads[n] for n in names))
