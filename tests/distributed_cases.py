@@ -218,6 +218,9 @@ RUNS = {  # name: (problem builder, method, options)
     "hmsfw-sharded-cols": (sharded_columns, "hmsfw", {"max_pricing": 4}),
     "clipped-scfw-sharded": (sharded, "clipped-scfw", {"max_pricing": 4, "clip": 0.05}),
     "psg-sharded": (sharded, "psg", {"eta": 0.5}),
+    "prox-linear-sharded": (sharded, "prox-linear", {}),
+    "prox-linear-subgradient-sharded": (sharded, "prox-linear", {"inner": "subgradient"}),
+    "linasa-icg-sharded": (sharded, "linasa-icg", {"icg_steps": "sqrt"}),
 }
 
 

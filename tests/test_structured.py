@@ -169,7 +169,7 @@ def test_sharded_entries_price_the_same_atom_by_lanczos_on_the_column_side():
     assert split_lower == pytest.approx(lower, rel=1e-7)
 
 
-def test_sharded_problems_need_reads_a_nuclear_ball_and_a_method_that_shards():
+def test_sharded_problems_need_reads_and_a_nuclear_ball():
     u = fc.inner_value(GROUPS)
     with pytest.raises(fc.errors.ModelError, match="sharded=True needs reads="):
         fc.CompositeProblem(cp.max(u), group_losses, fc.NuclearBall((P, Q), 2.0), sampler=sampler, sharded=True)
@@ -178,8 +178,6 @@ def test_sharded_problems_need_reads_a_nuclear_ball_and_a_method_that_shards():
     sharded = fc.CompositeProblem(
         cp.max(u), group_losses, fc.NuclearBall((P, Q), 2.0), sampler=sampler, reads=READS, sharded=True
     )
-    with pytest.raises(fc.errors.ModelError, match="prox-linear does not run on sharded entries.*hmsfw.*psg"):
-        fc.solve(sharded, "prox-linear", iters=2, progress=False)
     with pytest.raises(fc.errors.OptionError, match="sharded problem takes route='colgen'"):
         fc.hmsfw(sharded, glmo="conic", iters=2, progress=False)
 

@@ -336,7 +336,6 @@ HMSFW = register(
         PARAMS,
         setup,
         "Hybrid Momentum Stochastic Frank-Wolfe (HMSFW paper, Algorithm 1)",
-        shards=True,
     )
 )
 preset(HMSFW, "hmsfw-ii", "HMSFW Variant II: Taylor value tracker", variant="taylor")
@@ -357,7 +356,6 @@ register(
         setup,
         "Clipped SCFW: Vanilla SCFW with each sampled Jacobian rescaled to norm <= clip",
         {"schedule": "vanilla", "exact": False},
-        shards=True,
     )
 )
 

@@ -83,7 +83,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         tau = 1.0 if k == 0 else 1.0 / math.sqrt(N)
         x_next = x + tau * (y - x)
         value, jac = samples(x_next, k + 1)
-        w_next = (1 - tau) * w + tau * value + jac @ inner.read(x_next - x)
+        w_next = (1 - tau) * w + tau * value + inner.image(jac, x_next - x)
         direction, smoothed = smoothed_direction(w_next, x_next, jac)
         d_next = (1 - tau) * d + tau * direction
         row = {
@@ -150,6 +150,8 @@ def linasa_icg(problem: CompositeProblem, **options: Any) -> Result:
 
     x is kept dense (ICG steps over X need the whole point); a problem declaring
     ``reads=`` gets its Jacobians, and the model products, on those entries only.
+    On sharded reads every rank keeps the whole dense x, w and d, identical on every rank: each update
+    all-reduces J~ (x_{k+1} - x_k) (n numbers) and the dense direction (P Q numbers).
 
     Hyperparameters (shared options as for every method; ``fc.describe("linasa-icg")``):
     mu : smoothing parameter (default 1e-2; the paper searched 1e-3 to 1).

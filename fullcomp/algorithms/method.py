@@ -40,8 +40,6 @@ class Method:
     setup: Setup
     summary: str
     fixed: Mapping[str, Any] = field(default_factory=dict)
-    #: Whether the method runs on a problem whose entries are sharded over the ranks (``sharded=True``).
-    shards: bool = False
 
     @property
     def options(self) -> tuple[Param, ...]:
@@ -64,7 +62,7 @@ def register(method: Method) -> Method:
 
 def preset(base: Method, name: str, summary: str, **fixed: Any) -> Method:
     """Register ``base`` with some hyperparameters pinned, under its own name."""
-    return register(Method(name, base.problem, base.params, base.setup, summary, {**base.fixed, **fixed}, base.shards))
+    return register(Method(name, base.problem, base.params, base.setup, summary, {**base.fixed, **fixed}))
 
 
 def get(name: str) -> Method:
@@ -146,9 +144,6 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
         raise ModelError(
             f"{spec.name} needs a fc.{spec.problem.__name__}, got {type(problem).__name__} (methods for it: {fits})"
         )
-    if getattr(problem, "sharded", False) and not spec.shards:
-        fits = ", ".join(m.name for m in REGISTRY.values() if m.shards)
-        raise ModelError(f"{spec.name} does not run on sharded entries (sharded=True); methods that do: {fits}")
     shared = {k: options.pop(k) for k in list(options) if k in SHARED}
     pinned = set(options) & set(spec.fixed)
     if pinned:

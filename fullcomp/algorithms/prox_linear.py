@@ -32,46 +32,46 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         raise OptionError("inner='dual' needs F = cp.max(u) (the simplex dual); use 'subgradient' or 'auto'")
     route = ("dual" if calculus.plain_max else "subgradient") if inner == "auto" else inner
     model = TrackedModel(problem, hp["schedule"], run)
-    read, spread = model.inner.read, model.inner.spread
+    inner_map = model.inner
 
     def as_numpy_x(x: torch.Tensor) -> Any:
         # A dense copy of x only when F reads it.
         return numpy(x).reshape(domain.shape) if outer.depends_on_x else None
 
-    def model_value(state: dict, x: torch.Tensor) -> float:
-        """F(z + V (x - x_k), x) + (M/2) ||x - x_k||^2."""
+    def model_value(state: dict, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """F(u, x) + (M/2) ||x - x_k||^2 and u = z + V (x - x_k)."""
         step = x - state["x"]
-        u = state["z"] + state["V"] @ read(step)
-        return outer.value(numpy(u), as_numpy_x(x)) + 0.5 * M * float(step @ step)
+        u = state["z"] + inner_map.image(state["V"], step)
+        return outer.value(numpy(u), as_numpy_x(x)) + 0.5 * M * float(step @ step), u
 
     def dual_ascent(state: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
         x_k, z, V = state["x"], state["z"], state["V"]
 
         def x_of(lam: torch.Tensor) -> torch.Tensor:
-            return project(domain, x_k - spread(V.T @ lam) / M)
+            return project(domain, x_k - inner_map.adjoint(V, lam) / M)
 
         def simplex(v: torch.Tensor) -> torch.Tensor:
             return torch.as_tensor(project_simplex(numpy(v), 1.0), dtype=v.dtype, device=v.device)
 
-        lipschitz = float(torch.linalg.eigvalsh(V @ V.T)[-1]) / M  # ||V||_2^2 / M, from the small n x n Gram
+        lipschitz = float(torch.linalg.eigvalsh(inner_map.gram(V))[-1]) / M  # ||V||_2^2 / M, from the n x n Gram
         lam = state["lam"]
         for _ in range(J):
-            lam = simplex(lam + (z + V @ read(x_of(lam) - x_k)) / max(lipschitz, 1e-300))
+            lam = simplex(lam + (z + inner_map.image(V, x_of(lam) - x_k)) / max(lipschitz, 1e-300))
         x_next = x_of(lam)
         step = x_next - x_k
-        dual = float(lam @ z + (V.T @ lam) @ read(step)) + 0.5 * M * float(step @ step)
-        primal = model_value(state, x_next)
+        primal, u = model_value(state, x_next)
+        dual = float(lam @ u) + 0.5 * M * float(step @ step)  # <lam, z> + <V^T lam, step> + (M/2)||step||^2
         return x_next, lam, {"model_value": primal, "inner_gap": max(primal - dual, 0.0)}
 
     def subgradient_steps(state: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
         x_k, z, V = state["x"], state["z"], state["V"]
         x, weighted = x_k, torch.zeros_like(x_k)
         for t in range(1, J + 1):
-            g = calculus.subgradient(numpy(z + V @ read(x - x_k)), as_numpy_x(x))
-            x = project(domain, x - 2.0 / (M * (t + 1)) * (model.inner.chain_rule(V, g) + M * (x - x_k)))
+            g = calculus.subgradient(numpy(z + inner_map.image(V, x - x_k)), as_numpy_x(x))
+            x = project(domain, x - 2.0 / (M * (t + 1)) * (inner_map.chain_rule(V, g) + M * (x - x_k)))
             weighted = weighted + t * x
         x_next = weighted / (J * (J + 1) / 2)
-        return x_next, state["lam"], {"model_value": model_value(state, x_next)}
+        return x_next, state["lam"], {"model_value": model_value(state, x_next)[0]}
 
     inner_solve = dual_ascent if route == "dual" else subgradient_steps
 
@@ -79,10 +79,10 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     state = {**model.start(), "lam": torch.full((problem.n,), 1.0 / problem.n, dtype=run.dtype, device=run.device)}
     if M is None:
         g0 = calculus.subgradient(numpy(state["z"]), as_numpy_x(state["x"]))
-        d0 = model.inner.chain_rule(state["V"], g0)
+        d0 = inner_map.chain_rule(state["V"], g0)
         first = float(torch.linalg.vector_norm(d0))
         M = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
-        M /= warm_factor(problem, model.inner, state["x"], d0, run.generator)
+        M /= warm_factor(problem, inner_map, state["x"], d0, run.generator)
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
         x_next, lam, row = inner_solve(state)
@@ -119,6 +119,9 @@ def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
 
     x is kept dense (a projection needs the whole point); a problem declaring
     ``reads=`` gets its Jacobians, and the model products, on those entries only.
+    On sharded reads every rank keeps the whole dense x and its Jacobians on its own entries; each inner
+    step all-reduces V (x - x_k) (n numbers) and, in the dual solver, the dense V^T lam (P Q numbers), and
+    the dual solver's Gram once per update (n^2).
 
     Inner solvers:
 

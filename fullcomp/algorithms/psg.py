@@ -62,7 +62,6 @@ PSG = register(
         PARAMS,
         setup,
         "projected subgradient steps on the tracked model (HMSFW paper, baseline C1)",
-        shards=True,
     )
 )
 

@@ -151,11 +151,24 @@ class InnerMap:
         value = check_inner_output(out, self.problem.n, f"at iteration {k}").detach().to(self.dtype)
         return distributed.mean(value)[0]
 
+    def image(self, V: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        """V step: the model's change of f along a flat step, over every rank's entries when sharded."""
+        change = V @ self.read(step)
+        return distributed.total(change) if self.problem.sharded else change
+
+    def adjoint(self, V: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """V^T w as a dense flat vector; on sharded reads one all-reduce of it (P Q numbers)."""
+        d = self.spread(V.T @ w)
+        return distributed.total(d) if self.problem.sharded else d
+
+    def gram(self, V: torch.Tensor) -> torch.Tensor:
+        """V V^T (n x n), over every rank's entries when sharded."""
+        G = V @ V.T
+        return distributed.total(G) if self.problem.sharded else G
+
     def chain_rule(self, V: torch.Tensor, g: OuterGradient) -> torch.Tensor:
         """V^T g_u + g_x as a dense flat vector: the (sub)gradient of x -> F(z + V (x - y), x) at x = y."""
-        d = self.spread(V.T @ torch.as_tensor(g.u, dtype=V.dtype, device=V.device))
-        if self.problem.sharded:  # one all-reduce of the dense vector (P Q numbers)
-            d = distributed.total(d)
+        d = self.adjoint(V, torch.as_tensor(g.u, dtype=V.dtype, device=V.device))
         if g.x is not None:
             d = d + torch.as_tensor(g.x, dtype=V.dtype, device=V.device)
         return d
