@@ -335,9 +335,11 @@ class Schedule:
 
     def at(self, k: int) -> tuple[float, float, float]:
         """(gamma_k, beta_{k+1}, rho_{k+1}), checked to lie in (0, 1]."""
-        values = (float(self.gamma(k)), float(self.beta(k + 1)), float(self.rho(k + 1)))
+        gamma, beta, rho = values = (float(self.gamma(k)), float(self.beta(k + 1)), float(self.rho(k + 1)))
+        if 0 < gamma <= 1 and 0 < beta <= 1 and 0 < rho <= 1:  # NaN and Inf fail these comparisons
+            return values
         for name, v in zip(("gamma", "beta", "rho"), values):
-            if not (np.isfinite(v) and 0 < v <= 1):
+            if not (math.isfinite(v) and 0 < v <= 1):
                 raise OptionError(f"schedule {self.name!r} gives {name} = {v} at k = {k}; it must lie in (0, 1]")
         return values
 

@@ -344,6 +344,19 @@ def test_schedule_and_tracker_validation():
         Schedule.doubling(base="theorem2")
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 0.0, -0.5, 1.5])
+@pytest.mark.parametrize("name", ["gamma", "beta", "rho"])
+def test_a_schedule_weight_outside_0_1_is_named_with_its_iteration(bad, name):
+    weights = {"gamma": 0.5, "beta": 0.5, "rho": 0.5, name: lambda k: bad if k >= 4 else 0.5}
+    schedule = Schedule(**weights)
+    assert schedule.at(2) == (0.5, 0.5, 0.5)
+    k = 4 if name == "gamma" else 3  # at(k) reads beta and rho at k + 1
+    with pytest.raises(OptionError, match=rf"{name} = {bad} at k = {k}"):
+        schedule.at(k)
+    with pytest.raises(OptionError, match=rf"{name} = {bad}"):
+        fc.hmsfw(noisy_problem(), iters=8, schedule=schedule, progress=False)
+
+
 # ---------------------------------------------------------------- noise
 
 
