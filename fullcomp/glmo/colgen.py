@@ -363,11 +363,18 @@ class ColumnGenerationGLMO:
         lazy atoms' by the domain in one go (evaluating them one by one into the cache cost 0.85 s a call at
         10^7 entries, where the pool of 31 took in 33 new atoms a call)."""
         lazy, cached = used[self.lazy[used]], used[~self.lazy[used]]
-        # Only the cached rows with weight, a slice of columns at a time (the whole cache is 2.5 GB at 10^7
-        # entries, and its product with a weight vector mostly zero took 0.36 s).
         x = np.zeros(self.values.shape[1])
-        for lo in range(0, x.size, CHUNK):
-            x[lo : lo + CHUNK] = lam[cached] @ self.values[cached, lo : lo + CHUNK]
+        if 2 * cached.size >= self.values.shape[0]:
+            # Most rows weigh in: one product over the whole cache reads less than copying the weighted rows out
+            # (MovieLens-100K, 27 of 31 rows of 100,000 entries: 2.2 against 6.4 ms).
+            weights = np.zeros(self.values.shape[0])
+            weights[cached] = lam[cached]
+            np.dot(weights, self.values, out=x)
+        else:
+            # Only the cached rows with weight, a slice of columns at a time (the whole cache is 2.5 GB at 10^7
+            # entries, and its product with a weight vector mostly zero took 0.36 s).
+            for lo in range(0, x.size, CHUNK):
+                x[lo : lo + CHUNK] = lam[cached] @ self.values[cached, lo : lo + CHUNK]
         if lazy.size:
             atoms, weights, n = [self.atoms[j] for j in lazy], lam[lazy], len(entries)
             self.domain.combination_at(atoms, weights, entries, add_to=x[:n])
