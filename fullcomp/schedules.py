@@ -338,10 +338,8 @@ class Schedule:
         gamma, beta, rho = values = (float(self.gamma(k)), float(self.beta(k + 1)), float(self.rho(k + 1)))
         if 0 < gamma <= 1 and 0 < beta <= 1 and 0 < rho <= 1:  # NaN and Inf fail these comparisons
             return values
-        for name, v in zip(("gamma", "beta", "rho"), values):
-            if not (math.isfinite(v) and 0 < v <= 1):
-                raise OptionError(f"schedule {self.name!r} gives {name} = {v} at k = {k}; it must lie in (0, 1]")
-        return values
+        name, v = next((name, v) for name, v in zip(("gamma", "beta", "rho"), values) if not 0 < v <= 1)
+        raise OptionError(f"schedule {self.name!r} gives {name} = {v} at k = {k}; it must lie in (0, 1]")
 
 
 def _offset(value: Any, name: str) -> int:

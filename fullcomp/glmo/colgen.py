@@ -367,9 +367,9 @@ class ColumnGenerationGLMO:
         if 2 * cached.size >= self.values.shape[0]:
             # Most rows weigh in: one product over the whole cache reads less than copying the weighted rows out
             # (MovieLens-100K, 27 of 31 rows of 100,000 entries: 2.2 against 6.4 ms).
-            weights = np.zeros(self.values.shape[0])
-            weights[cached] = lam[cached]
-            np.dot(weights, self.values, out=x)
+            lam_cached = np.zeros(self.values.shape[0])
+            lam_cached[cached] = lam[cached]
+            np.dot(lam_cached, self.values, out=x)
         else:
             # Only the cached rows with weight, a slice of columns at a time (the whole cache is 2.5 GB at 10^7
             # entries, and its product with a weight vector mostly zero took 0.36 s).
