@@ -165,7 +165,7 @@ def mean(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def total(value: Any) -> Any:
     """The sum over the ranks of a numpy array or tensor (one all-reduce), a new array of the same kind;
-    ``value`` itself with one process.
+    ``value`` itself with one process.  A numpy array is summed in float64, or in float32 if it is float32.
 
     The sharded structured path uses it wherever a sum runs over entries that the ranks split between
     them: the linear forms V x of the model, and the Lanczos products of the nuclear LMO.
@@ -176,7 +176,10 @@ def total(value: Any) -> Any:
     import torch.distributed as dist
 
     is_numpy = isinstance(value, np.ndarray)
-    t = torch.tensor(value, dtype=torch.float64) if is_numpy else value.detach().clone()
+    if is_numpy:
+        t = torch.tensor(value, dtype=torch.float32 if value.dtype == np.float32 else torch.float64)
+    else:
+        t = value.detach().clone()
     if dist.get_backend() == "nccl" and not t.is_cuda:
         t = t.cuda()
     traffic["calls"] += 1

@@ -120,9 +120,17 @@ def lanczos_case(rank: int, blocks: str, kind: str) -> dict:
         values = values * q[owner[flat // 50]]  # the direction's values, for the SVD of the whole
         real = SparsePattern.scaled_operators
         SparsePattern.scaled_operators = lambda self, d: built.append(d.tag) or real(self, d)
+    sums, collective = [], fc.distributed._collective  # (dtype, size) of each all-reduce, in order
+
+    def recorded(call, t, **kwargs):
+        sums.append((str(t.dtype), t.numel()))
+        return collective(call, t, **kwargs)
+
+    fc.distributed._collective = recorded
     try:
         atom, lower = X.lmo_bounded(direction, entries)
     finally:
+        fc.distributed._collective = collective
         if kind == "factored":
             SparsePattern.scaled_operators = real
     found = {"u": atom.u, "v": atom.v, "flat": flat, "values": values}
@@ -131,6 +139,7 @@ def lanczos_case(rank: int, blocks: str, kind: str) -> dict:
         "side": side,
         "ritz": atom.ritz is not None,
         "factored": bool(built),
+        "sums": sums,
         **{k: v.tolist() for k, v in found.items()},
     }
 

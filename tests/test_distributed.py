@@ -140,6 +140,11 @@ def test_the_split_lanczos_matches_the_whole_matrix_svd(split_lanczos, blocks, k
     assert np.abs(sign * left - u[:, 0]).max() < 1e-6 and np.abs(sign * right - vt[0]).max() < 1e-6
     # lower = -r sqrt(theta + rho): a valid bound, within the residual tolerance (1e-7 of sigma^2) of -r sigma.
     assert -2.0 * s[0] * (1 + 1e-7) <= found["lower"] <= -2.0 * s[0] + 1e-12
+    # The float32 iteration of a factored direction sums its float32 products over the ranks as such (half the
+    # bytes); every other sum, the pair's other side last of all, is float64.
+    kinds = {dtype for dtype, _ in found["sums"]}
+    assert kinds == ({"torch.float32", "torch.float64"} if kind == "factored" else {"torch.float64"})
+    assert found["sums"][-1] == ["torch.float64", 120 if blocks == "rows" else 50]
 
 
 @pytest.mark.skipif(

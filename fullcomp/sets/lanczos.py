@@ -574,7 +574,7 @@ def top_singular_block(
         k = min(len(start), b)
         rows[:k] = start[:k] / np.linalg.norm(start[:k], axis=1, keepdims=True) + 0.01 * rows[:k]
     if coarse is not None:
-        found = block_iteration(*coarse, d_t, rows, scale, COARSE_TOL, steps, stop, total, shared)
+        found = block_iteration(*coarse, d_t, rows, scale, COARSE_TOL, steps, stop, total, shared, narrow=split)
         if found is not None and found[2]:
             return found[0], found[1]
         if found is not None:
@@ -596,11 +596,13 @@ def block_iteration(
     stop: Callable[[float, float], bool] | None,
     total: Callable[[np.ndarray], np.ndarray],
     shared: Callable[[np.ndarray], np.ndarray],
+    narrow: bool = False,
 ) -> tuple[SingularPair | None, np.ndarray, bool] | None:
     """The loop of :func:`top_singular_block` from the (b, p) start ``rows``, on d d^T of squared Frobenius norm
     ``scale``: (the pair, its Ritz vectors, whether ``stop`` ended it), the pair's v being ``final_t`` u; (None,
     the Ritz vectors, False) when the block lost rank or ran out of steps; None when the start rows are
-    dependent."""
+    dependent.  ``narrow``: d's products are float32 values, and ``total`` sums them over the ranks as such, in
+    half the bytes (the sum rounds to float32 as the products did); ``final_t``'s are summed in float64."""
     b, p = rows.shape
     block, r = np.linalg.qr(rows.T)
     if np.abs(np.diag(r)).min() <= 1e-8:
@@ -611,7 +613,8 @@ def block_iteration(
     low, high = np.tril_indices(b), np.triu_indices(b)
     for j in range(steps):
         lo, m = j * b, (j + 1) * b
-        w = total(np.asarray(d @ (d_t @ np.ascontiguousarray(basis[lo:m].T)))).T  # (b, p)
+        w = np.asarray(d @ (d_t @ np.ascontiguousarray(basis[lo:m].T)))
+        w = (total(w.astype(np.float32)).astype(np.float64) if narrow else total(w)).T  # (b, p)
         a = basis[lo:m] @ w.T
         band[low[0] - low[1], lo + low[1]] = (a + a.T)[low] / 2
         # Full reorthogonalization, twice (Kahan), removes this block's and the last one's parts too.
