@@ -230,6 +230,30 @@ def mean_columns(matrix: torch.Tensor) -> torch.Tensor:
     return out / here.size
 
 
+def gather_parts(part: torch.Tensor, counts: list[int] | None = None) -> list[torch.Tensor]:
+    """Every rank's 1-D tensor ``part`` (their lengths may differ), in rank order, on every rank: one
+    all-gather of the lengths unless ``counts`` gives them, then one of the parts padded to the longest.  With
+    one process, ``[part]``."""
+    here = world()
+    if not here.parallel:
+        return [part]
+    import torch.distributed as dist
+
+    if counts is None:
+        sizes = [torch.zeros(1, dtype=torch.int64, device=part.device) for _ in range(here.size)]
+        _collective(dist.all_gather, sizes, torch.tensor([part.numel()], device=part.device))
+        counts = [int(c.item()) for c in sizes]
+        traffic["calls"] += 1
+        traffic["bytes"] += 8 * here.size
+    padded = part.new_zeros(max(counts))
+    padded[: part.numel()] = part
+    parts = [torch.empty_like(padded) for _ in counts]
+    _collective(dist.all_gather, parts, padded)
+    traffic["calls"] += 1
+    traffic["bytes"] += padded.numel() * padded.element_size() * here.size
+    return [p[:count] for p, count in zip(parts, counts)]
+
+
 def agree(value: float, op: str = "max") -> float:
     """``value`` reduced over the ranks ("max" or "min"), so decisions such as a time budget are the same
     everywhere; ``value`` itself with one process."""
@@ -266,6 +290,7 @@ __all__ = [
     "shard",
     "mean",
     "total",
+    "gather_parts",
     "agree",
     "gather",
     "DistributedError",

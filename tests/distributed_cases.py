@@ -318,10 +318,20 @@ def worker(case: str, out: str, extra: str) -> None:
     here = fc.distributed.init(backend="nccl" if case == "nccl" else "gloo", timeout=15.0 if case != "nccl" else 60.0)
     found: dict = {}
     if case == "equivalence":
+        collective, biggest = fc.distributed._collective, [0]
+
+        def recorded(call, *args, **kwargs):  # the largest all-reduce of a run
+            if call is torch.distributed.all_reduce:
+                biggest[0] = max(biggest[0], args[0].numel())
+            return collective(call, *args, **kwargs)
+
+        fc.distributed._collective = recorded
         for name, (build, method, options) in RUNS.items():
-            before = dict(fc.distributed.traffic)
+            before, biggest[0] = dict(fc.distributed.traffic), 0
             found[name] = record(fc.solve(build(here.rank), method, iters=20, seed=SEED, progress=False, **options))
             found[name]["bytes"] = fc.distributed.traffic["bytes"] - before["bytes"]
+            found[name]["biggest"] = biggest[0]
+        fc.distributed._collective = collective
     elif case == "checkpoint":
         build, _, options = RUNS["hmsfw"]
         path = os.path.join(extra, "run.ckpt")

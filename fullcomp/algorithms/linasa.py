@@ -151,7 +151,7 @@ def linasa_icg(problem: CompositeProblem, **options: Any) -> Result:
     x is kept dense (ICG steps over X need the whole point); a problem declaring
     ``reads=`` gets its Jacobians, and the model products, on those entries only.
     On sharded reads every rank keeps the whole dense x, w and d, identical on every rank: each update
-    all-reduces J~ (x_{k+1} - x_k) (n numbers) and the dense direction (P Q numbers).
+    all-reduces J~ (x_{k+1} - x_k) (n numbers) and gathers the direction's values at the ranks' reads.
 
     Hyperparameters (shared options as for every method; ``fc.describe("linasa-icg")``):
     mu : smoothing parameter (default 1e-2; the paper searched 1e-3 to 1).

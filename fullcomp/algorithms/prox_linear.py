@@ -120,8 +120,8 @@ def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
     x is kept dense (a projection needs the whole point); a problem declaring
     ``reads=`` gets its Jacobians, and the model products, on those entries only.
     On sharded reads every rank keeps the whole dense x and its Jacobians on its own entries; each inner
-    step all-reduces V (x - x_k) (n numbers) and, in the dual solver, the dense V^T lam (P Q numbers), and
-    the dual solver's Gram once per update (n^2).
+    step all-reduces V (x - x_k) (n numbers) and, in the dual solver, gathers V^T lam at the ranks' reads (as
+    many numbers as they read), and the dual solver's Gram once per update (n^2).
 
     Inner solvers:
 

@@ -76,7 +76,8 @@ def psg(problem: CompositeProblem, **options: Any) -> Result:
     x is kept dense (a projection needs the whole point); a problem declaring
     ``reads=`` gets its Jacobians, and the model products, on those entries only.
     On sharded reads every rank keeps the whole dense x and its Jacobians on its own entries, and each step
-    all-reduces the dense direction (P Q numbers): the data is sharded, the iterate is not.
+    gathers the direction's values at the ranks' reads (as many numbers as they read): the data is sharded,
+    the iterate is not.
     Hyperparameters: ``eta``, ``step`` ("constant" or "sqrt") and ``schedule``
     (tracker weights; only beta and rho are used); shared options as for every
     method (``fc.describe("psg")`` lists both).
