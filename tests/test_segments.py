@@ -148,7 +148,9 @@ def test_column_generation_on_segments_certifies_against_cvxpy(mode, monkeypatch
         monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
         monkeypatch.setattr(lanczos, "BLOCK", 2)  # blocks from 16 rows: a small CVXPY reference
         real, owned = lanczos.block_iteration, lanczos.SparsePattern.owned_products
-        monkeypatch.setattr(lanczos, "block_iteration", lambda d, *a: phases.append(d.matrix.dtype) or real(d, *a))
+        monkeypatch.setattr(
+            lanczos, "block_iteration", lambda d, *a, **k: phases.append(d.matrix.dtype) or real(d, *a, **k)
+        )
         monkeypatch.setattr(lanczos.SparsePattern, "owned_products", lambda *a: images.append(owned(*a)) or images[-1])
     rng = np.random.default_rng(5)
     shape, n = ((16, 20), 3) if factored else ((12, 10), 3)

@@ -631,9 +631,9 @@ def test_a_row_scaled_direction_is_priced_by_its_factors_in_float32_then_float64
     monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
     phases, real = [], lanczos.block_iteration
 
-    def spy(d, *args):
+    def spy(d, *args, **kwargs):
         phases.append(getattr(getattr(d, "matrix", None), "dtype", None))  # a torch matrix's
-        return real(d, *args)
+        return real(d, *args, **kwargs)
 
     monkeypatch.setattr(lanczos, "block_iteration", spy)
     entries, values, _ = sparse_direction(shape, 0.2, 41, grouped=grouped)
