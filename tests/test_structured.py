@@ -94,6 +94,46 @@ def test_structured_atoms_are_rank_one_and_rebuild_the_iterate():
     assert np.linalg.svd(res.x.numpy(), compute_uv=False).sum() <= 2.0 + 1e-8
 
 
+def test_an_atomic_form_blends_as_the_convex_combination_of_its_atoms():
+    """y <- (1 - gamma) y + gamma sum_i w_i a_i, step after step, against the same sums of dense matrices; the atoms
+    of a new point are matched with recent ones, a form is never changed by blending, and gamma = 1 keeps only
+    the new point."""
+    from fullcomp.sets import atoms as A
+
+    rng = np.random.default_rng(0)
+    pool = [A.RankOneAtom(rng.standard_normal(4), rng.standard_normal(5)) for _ in range(6)]
+    form, dense = A.AtomicForm(), np.zeros((4, 5))
+    forms = []
+    for k in range(40):
+        picked = [pool[i] for i in rng.choice(6, size=3, replace=False)]
+        if k % 7 == 3:
+            picked.append(A.RankOneAtom(rng.standard_normal(4), rng.standard_normal(5)))  # a new atom
+        weights = rng.dirichlet(np.ones(len(picked)))
+        gamma = 1.0 if k == 0 else 2.0 / (k + 2)
+        before = (list(form.atoms), form.raw.copy(), form.scale)
+        form, old = form.blend(picked, weights, gamma), form
+        assert (old.atoms, old.raw.tolist(), old.scale) == (before[0], before[1].tolist(), before[2])
+        dense = (1 - gamma) * dense + gamma * sum(w * a.dense() for a, w in zip(picked, weights))
+        forms.append(form)
+        assert np.allclose(sum(w * a.dense() for a, w in form.pairs()), dense, rtol=1e-12, atol=1e-12)
+    # Pool atoms are matched, not added again: 6 pool atoms and the 6 new ones.
+    assert len(form) == 12 and len({id(a) for a in form.atoms}) == 12
+    assert all(w > 0 for _, w in form.pairs())
+    only = forms[-1].blend([pool[0]], np.ones(1), 1.0)
+    assert [(a, w) for a, w in only.pairs()] == [(pool[0], 1.0)]
+    # Beyond RECENT other atoms, an atom comes in again as a new entry; the sum is the same.
+    fresh = [A.RankOneAtom(rng.standard_normal(4), rng.standard_normal(5)) for _ in range(A.RECENT + 1)]
+    late = A.AtomicForm().blend([pool[0]], np.ones(1), 1.0).blend(fresh, np.full(len(fresh), 1 / len(fresh)), 0.5)
+    again = late.blend([pool[0]], np.ones(1), 0.5)
+    assert len(again) == len(late) + 1
+    expected = 0.25 * pool[0].dense() + 0.25 * sum(a.dense() for a in fresh) / len(fresh) + 0.5 * pool[0].dense()
+    assert np.allclose(sum(w * a.dense() for a, w in again.pairs()), expected, rtol=1e-12, atol=1e-12)
+    # A checkpoint written before AtomicForm holds the pairs themselves; a resume reads them as a form.
+    from fullcomp.algorithms.hmsfw import form as form_of
+
+    assert form_of({"atoms": again.pairs()}).pairs() == again.pairs()
+
+
 def test_reads_validation():
     X = fc.NuclearBall((P, Q), 2.0)
     u = fc.inner_value(GROUPS)

@@ -16,7 +16,7 @@ from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import BatchJacobian, InnerOracle, check_inner_output, dense
 from fullcomp.run import Result, RunOptions
 from fullcomp.schedules import Schedule, resolve
-from fullcomp.sets.atoms import Entries, combine
+from fullcomp.sets.atoms import AtomicForm, Entries, combine
 from fullcomp.trackers import (
     Revision,
     hessian_contraction,
@@ -70,18 +70,12 @@ PARAMS = (
 )
 
 
-def blend_atoms(atoms: list, res: Any, gamma: float) -> list:
-    """The atomic form of y_{k+1} = (1 - gamma) y_k + gamma x_k: [(atom, weight)], atoms matched by identity."""
-    blended = [(atom, (1 - gamma) * w) for atom, w in atoms]
-    where = {id(atom): i for i, (atom, _) in enumerate(blended)}
-    for atom, w in zip(res.atoms, res.weights):
-        i = where.get(id(atom))
-        if i is None:
-            where[id(atom)] = len(blended)
-            blended.append((atom, gamma * w))
-        else:
-            blended[i] = (atom, blended[i][1] + gamma * w)
-    return blended
+def form(state: dict) -> AtomicForm:
+    """The state's atomic form; a checkpoint written before :class:`AtomicForm` holds [(atom, weight)]."""
+    atoms = state["atoms"]
+    if isinstance(atoms, AtomicForm):
+        return atoms
+    return AtomicForm([a for a, _ in atoms], np.array([w for _, w in atoms], dtype=np.float64))
 
 
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
@@ -205,7 +199,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     work = torch.empty_like(y0[:n_read]) if value_tracker == "taylor" else None  # z's Taylor step, y_k - y_{k-1}
     value, jac = sample_at(y0, 0)
     state = {"y": y0, "V": dense(jac), "revision": Revision(0), "z": value, "start": 1.0}
-    state.update(atoms=[], shift=0.0)
+    state.update(atoms=AtomicForm(), shift=0.0)
     if hp["first_step"] != "auto":
         state["shift"] = 2.0 / hp["first_step"] - 2.0
     warm = hp["first_step"] == "auto" and problem.warm_start
@@ -269,7 +263,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         if kept is None:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
-            x, atoms = tensor(res.x), blend_atoms(state["atoms"], res, gamma)  # x at the reads, then at track
+            x, atoms = tensor(res.x), form(state).blend(res.atoms, res.weights, gamma)  # x at the reads, then track
         # y + gamma (x - y) in one array: y_{k-1}'s, which no state holds now (fresh ones page-fault in at scale)
         out = spare_y.pop() if spare_y else None
         y_next = (torch.sub(x, y) if out is None else torch.sub(x, y, out=out)).mul_(gamma).add_(y)
@@ -290,7 +284,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             return state["y"].reshape(domain.shape)
         if domain.size > MAX_DENSE:
             return None
-        atoms, weights = zip(*state["atoms"]) if state["atoms"] else ((), ())
+        pairs = form(state).pairs()
+        atoms, weights = zip(*pairs) if pairs else ((), ())
         point = combine([problem.start_atom(), *atoms], [state["start"], *weights], domain.shape)
         return tensor(point)
 
@@ -303,7 +298,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             z=state["z"],
             x_entries=state["y"],
             entries=kept,
-            atoms=state["atoms"],
+            atoms=form(state).pairs(),
             x_start_weight=state["start"],
         )
 

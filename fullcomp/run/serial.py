@@ -17,12 +17,13 @@ import numpy as np
 import torch
 
 from fullcomp.oracles.jacobian import BatchJacobian
-from fullcomp.sets.atoms import DenseAtom, Entries, MixtureAtom, RankOneAtom, ZeroAtom
+from fullcomp.sets.atoms import AtomicForm, DenseAtom, Entries, MixtureAtom, RankOneAtom, ZeroAtom
 from fullcomp.trackers import Revision
 
 #: Classes a checkpoint may rebuild, by tag.  Their fields must themselves be encodable.
 ALLOWED: dict[str, type] = {
-    cls.__name__: cls for cls in (DenseAtom, RankOneAtom, MixtureAtom, ZeroAtom, Entries, Revision, BatchJacobian)
+    cls.__name__: cls
+    for cls in (DenseAtom, RankOneAtom, MixtureAtom, ZeroAtom, AtomicForm, Entries, Revision, BatchJacobian)
 }
 
 _TAG, _REF, _ARRAY, _TUPLE, _NUMPY_SCALAR = "__object__", "__ref__", "__ndarray__", "__tuple__", "__npscalar__"
