@@ -110,9 +110,9 @@ def test_an_atomic_form_blends_as_the_convex_combination_of_its_atoms():
             picked.append(A.RankOneAtom(rng.standard_normal(4), rng.standard_normal(5)))  # a new atom
         weights = rng.dirichlet(np.ones(len(picked)))
         gamma = 1.0 if k == 0 else 2.0 / (k + 2)
-        before = (list(form.atoms), form.raw.copy(), form.scale)
+        before = form.pairs()
         form, old = form.blend(picked, weights, gamma), form
-        assert (old.atoms, old.raw.tolist(), old.scale) == (before[0], before[1].tolist(), before[2])
+        assert old.pairs() == before
         dense = (1 - gamma) * dense + gamma * sum(w * a.dense() for a, w in zip(picked, weights))
         forms.append(form)
         assert np.allclose(sum(w * a.dense() for a, w in form.pairs()), dense, rtol=1e-12, atol=1e-12)
@@ -121,6 +121,11 @@ def test_an_atomic_form_blends_as_the_convex_combination_of_its_atoms():
     assert all(w > 0 for _, w in form.pairs())
     only = forms[-1].blend([pool[0]], np.ones(1), 1.0)
     assert [(a, w) for a, w in only.pairs()] == [(pool[0], 1.0)]
+    # Forms blended again from an older one (a step redone) share nothing the others added.
+    kept = [forms[10].pairs(), forms[11].pairs(), form.pairs()]
+    fork = [forms[10].blend([A.RankOneAtom(np.ones(4), np.ones(5))], np.ones(1), 0.5) for _ in range(2)]
+    assert len(fork[0]) == len(fork[1]) == len(forms[10]) + 1 and fork[0].atoms[-1] is not fork[1].atoms[-1]
+    assert [forms[10].pairs(), forms[11].pairs(), form.pairs()] == kept
     # Beyond RECENT other atoms, an atom comes in again as a new entry; the sum is the same.
     fresh = [A.RankOneAtom(rng.standard_normal(4), rng.standard_normal(5)) for _ in range(A.RECENT + 1)]
     late = A.AtomicForm().blend([pool[0]], np.ones(1), 1.0).blend(fresh, np.full(len(fresh), 1 / len(fresh)), 0.5)

@@ -213,21 +213,28 @@ class ZeroAtom(Atom):
 class AtomicForm:
     """The iterate of a Frank-Wolfe method as its atoms: sum_j ``scale`` * ``raw[j]`` * ``atoms[j]``.
 
-    A step y + gamma (x - y) scales every weight by 1 - gamma, and one common ``scale`` does that at once, so
-    a step costs the new point's atoms, not every atom so far (a run of 2,500 steps held 8,000, and scaling
-    them one by one took 5 ms a step).  The point's atoms are matched by identity with those of the last
-    :data:`RECENT` matched or added (a GLMO combines the atoms of its pool, kept or priced recently); an older
-    one comes in again as a new entry, which sums the same.  A form is not changed by :meth:`blend`.
+    A step y + gamma (x - y) scales every weight by 1 - gamma, and one common ``scale`` does that at once.
+    The point's atoms are matched by identity with the :data:`RECENT` atoms matched or added last (a GLMO
+    combines the atoms of its pool); an older one comes in again as a new entry, which sums the same.  The
+    forms of successive steps share one list of atoms, which a blend only appends to (and copies when the
+    form it blends is not the newest), so a step costs the new point's atoms, not every atom so far: a run
+    of 2,500 steps held 8,000, and scaling and indexing them one by one took 6 ms a step.  A form is not
+    changed by :meth:`blend`.
     """
 
     def __init__(self, atoms: list[Atom] | None = None, raw: np.ndarray | None = None, scale: float = 1.0):
-        self.atoms = [] if atoms is None else list(atoms)
+        self._atoms = [] if atoms is None else list(atoms)
+        self.count = len(self._atoms)  # this form's atoms are the first ``count`` of the shared list
         self.raw = np.zeros(0) if raw is None else np.asarray(raw, dtype=np.float64)
         self.scale = float(scale)
-        self.recent: tuple[int, ...] = tuple(range(max(len(self.atoms) - RECENT, 0), len(self.atoms)))
+        self.recent: tuple[int, ...] = tuple(range(max(self.count - RECENT, 0), self.count))
+
+    @property
+    def atoms(self) -> list[Atom]:
+        return self._atoms[: self.count]
 
     def __len__(self) -> int:
-        return len(self.atoms)
+        return self.count
 
     def pairs(self) -> list[tuple[Atom, float]]:
         """[(atom, weight)] in the order the atoms came in."""
@@ -235,36 +242,39 @@ class AtomicForm:
 
     def blend(self, atoms: list[Atom], weights: np.ndarray, gamma: float) -> AtomicForm:
         """The form of (1 - gamma) self + gamma sum_i weights_i atoms_i."""
+        shared, count, raw, recent = self._atoms, self.count, self.raw, self.recent
         scale = self.scale * (1.0 - gamma)
         if scale == 0:  # every old weight is zero: nothing of them is left to keep
-            old, raw, scale, recent = [], np.zeros(0), 1.0, ()
+            shared, count, raw, scale, recent = [], 0, np.zeros(0), 1.0, ()
         elif scale < 1e-150:  # fold the scale into the weights before it underflows
-            old, raw, scale, recent = self.atoms, self.raw * scale, 1.0, self.recent
-        else:
-            old, raw, recent = self.atoms, self.raw, self.recent
-        where = {id(old[j]): j for j in recent}
+            raw, scale = raw * scale, 1.0
+        where = {id(shared[j]): j for j in recent}
         added, extra, matched, touched = [], [], [], []
         for atom, w in zip(atoms, np.asarray(weights, dtype=np.float64)):
             j = where.get(id(atom))
             if j is None:
-                j = where[id(atom)] = len(old) + len(added)
+                j = where[id(atom)] = count + len(added)
                 added.append(atom)
                 extra.append(gamma * w / scale)
             else:
                 matched.append((j, gamma * w / scale))
             touched.append(j)
+        if added:
+            if len(shared) != count:  # a form blended from this one before: its atoms are not this one's
+                shared = shared[:count]
+            shared.extend(added)
         raw = np.concatenate([raw, extra]) if added or matched else raw
         for j, w in matched:
             raw[j] += w
         form = AtomicForm.__new__(AtomicForm)
-        form.atoms, form.raw, form.scale = old + added if added else old, raw, scale  # lists are never changed
+        form._atoms, form.count, form.raw, form.scale = shared, count + len(added), raw, scale
         latest = dict.fromkeys(touched)
         form.recent = tuple(list(latest) + [j for j in recent if j not in latest])[:RECENT]
         return form
 
 
-#: Atoms of an :class:`AtomicForm` that a new point's atoms are matched with.
-RECENT = 256
+#: Atoms of an :class:`AtomicForm` that a new point's atoms are matched with: twice a default pool's 31.
+RECENT = 64
 
 
 def combine(atoms: list[Atom], weights: list[float], shape: tuple[int, ...]) -> np.ndarray:
