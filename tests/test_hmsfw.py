@@ -190,6 +190,54 @@ def test_checkpoint_resume_gives_same_trajectory(tmp_path):
     assert _strip_time(resumed.history) == _strip_time(full.history)
 
 
+def test_a_history_saves_its_new_rows_only_and_reads_them_back_exactly():
+    """A checkpoint keeps the history in chunks, each holding the rows since the last save, so a save costs the
+    new rows; they read back as they were (NaN, infinities, ints, bools, None, strings), and rows JSON cannot
+    hold exactly (an array, a tuple) are kept as rows."""
+    from fullcomp.run import History
+
+    history = History()
+    rows = [
+        {"k": 0, "value": 0.1, "gap": float("nan"), "calls": 3, "ok": True, "note": None},
+        {"k": 1, "value": float("inf"), "gap": -float("inf"), "calls": 0, "ok": False, "note": "x"},
+    ]
+    for row in rows:
+        history.append(row)
+    first = history.saved()
+    history.append({"k": 2, "value": 1 / 3, "extra": np.arange(3.0)})
+    history.append({"k": 3, "pair": (1, 2)})
+    second = history.saved()
+    assert len(first) == 1 and second[0] is first[0] and len(second) == 2
+    assert history.saved() == second  # nothing new, nothing written
+    back = History.from_saved(second)
+    assert len(back) == 4
+    for got, want in zip(back.rows, history.rows):
+        assert got.keys() == want.keys()
+        for key in want:
+            a, b = got[key], want[key]
+            if isinstance(b, np.ndarray):
+                assert np.array_equal(a, b)
+            else:
+                assert type(a) is type(b) and (a == b or (a != a and b != b)), (key, a, b)
+    plain = [history.rows[1], history.rows[3]]
+    assert History.from_saved(plain).rows == plain  # a checkpoint written before chunks held the rows
+    with pytest.raises(ValueError, match="not a record"):
+        History.from_saved([torch.frombuffer(bytearray(b"[1, 2]"), dtype=torch.uint8)])
+
+
+def test_a_checkpoint_whose_history_is_not_rows_is_refused(tmp_path):
+    from fullcomp.errors import CheckpointError
+
+    problem = softplus_problem(cp.max, fc.L1Ball(D, 2.0))
+    path = tmp_path / "run.pt"
+    fc.hmsfw(problem, iters=4, seed=7, progress=False, checkpoint=fc.Checkpoint(path, every=2))
+    payload = torch.load(path, weights_only=True)
+    payload["run"]["history"] = [torch.frombuffer(bytearray(b'{"k": 1}'), dtype=torch.uint8)]
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match="damaged"):
+        fc.hmsfw(problem, iters=6, seed=7, progress=False, checkpoint=fc.Checkpoint(path, every=2))
+
+
 def test_callback_merges_rows_stops_and_is_not_optimizer_time(monkeypatch):
     import fullcomp.run.budget as budget
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fullcomp.errors import CheckpointError, OptionError
-from fullcomp.run.history import write_atomic
+from fullcomp.run.history import History, write_atomic
 from fullcomp.run.serial import decode, encode
 
 FORMAT = "fullcomp-checkpoint-1"
@@ -82,7 +82,10 @@ class Checkpoint:
                 "fc.Checkpoint(path, on_mismatch='restart') to overwrite it"
             )
         try:
-            return {"fingerprint": payload["fingerprint"], "run": decode(payload["run"])}
+            run = decode(payload["run"])
+            if isinstance(run, dict) and "history" in run:  # kept in chunks (History.saved)
+                run["history"] = History.from_saved(run["history"]).rows
+            return {"fingerprint": payload["fingerprint"], "run": run}
         except (KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(f"{self.path} is a damaged fullcomp checkpoint ({exc}); delete it") from None
 

@@ -116,7 +116,7 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
             "state": state,
             "k": k,
             "time": watch.elapsed,
-            "history": history.rows,
+            "history": history.saved(),
             "components": committed["components"],
         }
         if here.parallel:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
@@ -43,11 +44,46 @@ def plain(value: Any) -> Any:
     return value
 
 
+#: Value types a row may hold for its chunk to be kept as JSON, which reads them back as they were.
+JSON_TYPES = (float, int, str, bool, type(None))
+
+
 class History:
     """A list of dict rows, one per recorded iteration."""
 
     def __init__(self, rows: Iterable[dict] | None = None):
         self.rows: list[dict] = [dict(r) for r in rows or []]
+        self._chunks: list = []  # see saved()
+        self._saved = 0  # rows in _chunks
+
+    def saved(self) -> list:
+        """The rows as a checkpoint keeps them: chunks, one per call that found new rows, each the rows added
+        since the call before as JSON (in a uint8 tensor) or, if a row holds another type, as the rows.  A save
+        then costs its new rows: encoding and pickling all 20,000 rows of a run took 110 ms a save."""
+        if self._saved < len(self.rows):
+            new = self.rows[self._saved :]
+            if all(type(v) in JSON_TYPES for row in new for v in row.values()):
+                text = json.dumps(new, allow_nan=True).encode()
+                self._chunks.append(torch.frombuffer(bytearray(text), dtype=torch.uint8))
+            else:
+                self._chunks.append([dict(r) for r in new])
+            self._saved = len(self.rows)
+        return list(self._chunks)
+
+    @classmethod
+    def from_saved(cls, saved: list) -> History:
+        """The history :meth:`saved` gave (or the plain rows a checkpoint held before chunks)."""
+        rows: list[dict] = []
+        for item in saved:
+            if isinstance(item, dict):
+                rows.append(item)
+            elif isinstance(item, torch.Tensor):
+                rows += json.loads(item.numpy().tobytes().decode())
+            else:
+                rows += item
+        if not all(isinstance(r, dict) and "k" in r for r in rows):
+            raise ValueError("a history row is not a record of its iteration")
+        return cls(rows)
 
     def append(self, row: dict) -> None:
         self.rows.append({k: plain(v) for k, v in row.items()})
