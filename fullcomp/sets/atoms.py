@@ -217,9 +217,9 @@ class AtomicForm:
     The point's atoms are matched by identity with the :data:`RECENT` atoms matched or added last (a GLMO
     combines the atoms of its pool); an older one comes in again as a new entry, which sums the same.  The
     forms of successive steps share one list of atoms, which a blend only appends to (and copies when the
-    form it blends is not the newest), so a step costs the new point's atoms, not every atom so far: a run
-    of 2,500 steps held 8,000, and scaling and indexing them one by one took 6 ms a step.  A form is not
-    changed by :meth:`blend`.
+    form it blends is not the newest).  So a step's Python work is in the new point's atoms, and what grows
+    with the atoms so far is one copy of the weights: a run of 2,500 steps held 8,000 atoms, and scaling and
+    indexing them one by one took 6 ms a step.  A form is not changed by :meth:`blend`.
     """
 
     def __init__(self, atoms: list[Atom] | None = None, raw: np.ndarray | None = None, scale: float = 1.0):
