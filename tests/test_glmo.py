@@ -554,7 +554,7 @@ def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(kin
     if blocks:
         monkeypatch.setattr(fc.sets.balls, "BLOCK_ENTRIES", 0)
         monkeypatch.setattr(lanczos, "BLOCK", 2)  # blocks of 2 from 16 rows: a small CVXPY reference
-    events = []  # ("guess", a heuristic atom or None) and ("lmo", its hint), in call order
+    events = []  # ("guess", a heuristic atom or None) and ("lmo", its hint, the hint's Ritz vectors), in call order
     price, lmo = RitzSubspace.price, fc.NuclearBall.lmo_bounded
 
     def guess(*args):
@@ -563,7 +563,8 @@ def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(kin
         return found
 
     def priced(self, direction, entries, hint=None, **kwargs):
-        events.append(("lmo", hint))
+        # The hint and its Ritz vectors as the LMO starts from them (the next hint's arrival drops them).
+        events.append(("lmo", hint, getattr(hint, "ritz", None)))
         return lmo(self, direction, entries, hint, **kwargs)
 
     monkeypatch.setattr(RitzSubspace, "price", guess)
@@ -591,8 +592,9 @@ def test_colgen_heuristic_pricing_certifies_against_cvxpy_over_tracker_steps(kin
         V, y = 0.8 * V + 0.2 * J.dense().numpy(), res.x
         revision = Revision(k + 1, since=k, keep=0.8, weight=0.2, jacobian=J)
     assert heuristic > 0
-    after = [(a[1], b[1]) for a, b in zip(events, events[1:]) if a[0] == "guess" and a[1] is not None and b[0] == "lmo"]
-    assert after and all(hint is rejected and len(hint.ritz[1]) >= 1 for rejected, hint in after)
+    pairs = zip(events, events[1:])
+    after = [(a[1], *b[1:]) for a, b in pairs if a[0] == "guess" and a[1] is not None and b[0] == "lmo"]
+    assert after and all(hint is rejected and len(ritz[1]) >= 1 for rejected, hint, ritz in after)
 
 
 @pytest.mark.parametrize("kind", ["max", "cvar"])

@@ -7,7 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_finite, check_tol
+from fullcomp.glmo.base import (
+    GLMOResult,
+    affine_model,
+    as_numpy,
+    check_finite,
+    check_tol,
+    hint_from,
+    hint_state,
+    pass_hint,
+)
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries
 from fullcomp.sets.base import Set
@@ -53,7 +62,7 @@ class AffineGLMO:
         else:
             atom = self.domain.lmo_atom(direction, entries, hint=self.hint)
             x = atom.at(entries)
-        self.hint = atom
+        self.hint = pass_hint(self.hint, atom)
         value = float(self.a @ (c + entries.total(Vm @ x)) + self.b)
         if not math.isfinite(value):  # c is non-finite when an input is (affine_model): name it
             check_finite(as_numpy(z).reshape(-1), Vm, as_numpy(y).reshape(-1))
@@ -66,7 +75,7 @@ class AffineGLMO:
         )
 
     def state_dict(self) -> dict:
-        return {"hint": self.hint}
+        return hint_state(self.hint)
 
     def load_state_dict(self, state: dict) -> None:
-        self.hint = state.get("hint")
+        self.hint = hint_from(state)

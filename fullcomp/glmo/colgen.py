@@ -11,7 +11,16 @@ import torch
 
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.glmo.base import GLMOResult, affine_model, as_numpy, check_tol, target_gap
+from fullcomp.glmo.base import (
+    GLMOResult,
+    affine_model,
+    as_numpy,
+    check_tol,
+    hint_from,
+    hint_state,
+    pass_hint,
+    target_gap,
+)
 from fullcomp.glmo.master import ConicMaster
 from fullcomp.glmo.segments import Segments
 from fullcomp.model.composite import Outer
@@ -172,10 +181,10 @@ class ColumnGenerationGLMO:
             if guess is not None and base - guess[1] > target:
                 (atom, _, image), values = guess, None  # its values wait until x needs them
                 heuristic += 1
-                self.hint = atom
+                self.hint = pass_hint(self.hint, atom)
             else:
                 if guess is not None:  # not good enough, but a start for the LMO made for this direction
-                    self.hint = guess[0]
+                    self.hint = pass_hint(self.hint, guess[0])
                 atom, values, image, lower, sure = self._price(Vm, entries, q, offset, base, target, last)
                 calls += 1
                 if ritz is not None:
@@ -239,7 +248,7 @@ class ColumnGenerationGLMO:
         slot = self._free_slot()
         values = self._work[1] if slot is None else self.values[slot, : len(entries)]
         atom, lower = self.domain.lmo_bounded(direction, entries, hint=self.hint, enough=enough, device=self.device)
-        self.hint = atom
+        self.hint = pass_hint(self.hint, atom)
         lazy = len(entries) >= LAZY_ENTRIES
         image = self.domain.image(atom, Vm, entries, self._segments[1], direction) if lazy else None
         if image is not None:  # the atom's values wait until x needs them, as a heuristic atom's
@@ -437,7 +446,7 @@ class ColumnGenerationGLMO:
         self.active[j] = False
 
     def state_dict(self) -> dict:
-        state = {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy(), "hint": self.hint}
+        state = {"atoms": list(self.atoms), "active": self.active.copy(), "q": self.q.copy(), **hint_state(self.hint)}
         state["lazy"] = self.lazy.copy()
         # The carried images round differently from recomputed ones: a resume exact to the bit needs them.
         state["images"] = None if self._images is None else (self._images[0], self._images[1].copy())
@@ -450,7 +459,7 @@ class ColumnGenerationGLMO:
     def load_state_dict(self, state: dict) -> None:
         self.atoms, self.active, self.q = list(state["atoms"]), np.array(state["active"]), np.array(state["q"])
         self.lazy = np.array(state.get("lazy", np.zeros_like(self.active)))
-        self.hint = state.get("hint")
+        self.hint = hint_from(state)
         self._entries = None  # the value cache is rebuilt from the atoms
         images = state.get("images")
         self._images = None if images is None else (int(images[0]), np.array(images[1]))
