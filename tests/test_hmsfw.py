@@ -193,7 +193,7 @@ def test_checkpoint_resume_gives_same_trajectory(tmp_path):
 def test_a_history_saves_its_new_rows_only_and_reads_them_back_exactly():
     """A checkpoint keeps the history in chunks, each holding the rows since the last save, so a save costs the
     new rows; they read back as they were (NaN, infinities, ints, bools, None, strings), and rows JSON cannot
-    hold exactly (an array, a tuple) are kept as rows."""
+    hold exactly (an array, a tuple, a key that is not a string) are kept as rows."""
     from fullcomp.run import History
 
     history = History()
@@ -209,8 +209,11 @@ def test_a_history_saves_its_new_rows_only_and_reads_them_back_exactly():
     second = history.saved()
     assert len(first) == 1 and second[0] is first[0] and len(second) == 2
     assert history.saved() == second  # nothing new, nothing written
-    back = History.from_saved(second)
-    assert len(back) == 4
+    history.append({"k": 4, 7: "an int key"})
+    third = history.saved()
+    assert isinstance(first[0], torch.Tensor) and isinstance(third[1], list) and isinstance(third[2], list)
+    back = History.from_saved(third)
+    assert len(back) == 5
     for got, want in zip(back.rows, history.rows):
         assert got.keys() == want.keys()
         for key in want:
@@ -219,7 +222,7 @@ def test_a_history_saves_its_new_rows_only_and_reads_them_back_exactly():
                 assert np.array_equal(a, b)
             else:
                 assert type(a) is type(b) and (a == b or (a != a and b != b)), (key, a, b)
-    plain = [history.rows[1], history.rows[3]]
+    plain = [history.rows[1], history.rows[3]]  # (no NaN, which equals itself only as the same object)
     assert History.from_saved(plain).rows == plain  # a checkpoint written before chunks held the rows
     with pytest.raises(ValueError, match="not a record"):
         History.from_saved([torch.frombuffer(bytearray(b"[1, 2]"), dtype=torch.uint8)])

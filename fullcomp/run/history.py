@@ -44,7 +44,8 @@ def plain(value: Any) -> Any:
     return value
 
 
-#: Value types a row may hold for its chunk to be kept as JSON, which reads them back as they were.
+#: Value types a row may hold (its keys being strings) for its chunk to be kept as JSON, which reads them back
+#: as they were.
 JSON_TYPES = (float, int, str, bool, type(None))
 
 
@@ -62,7 +63,7 @@ class History:
         then costs its new rows: encoding and pickling all 20,000 rows of a run took 110 ms a save."""
         if self._saved < len(self.rows):
             new = self.rows[self._saved :]
-            if all(type(v) in JSON_TYPES for row in new for v in row.values()):
+            if all(type(key) is str and type(v) in JSON_TYPES for row in new for key, v in row.items()):
                 text = json.dumps(new, allow_nan=True).encode()
                 self._chunks.append(torch.frombuffer(bytearray(text), dtype=torch.uint8))
             else:
