@@ -204,54 +204,45 @@ def mean_columns(matrix: torch.Tensor) -> torch.Tensor:
     here = world()
     if not here.parallel:
         return matrix
-    import torch.distributed as dist
-
     cols = torch.nonzero(matrix.ne(0).any(dim=0)).reshape(-1)
-    counts = [torch.zeros(1, dtype=torch.int64, device=matrix.device) for _ in range(here.size)]
-    _collective(dist.all_gather, counts, torch.tensor([cols.numel()], device=matrix.device))
-    counts = [int(c.item()) for c in counts]
-    traffic["calls"] += 1
-    traffic["bytes"] += 8 * here.size
+    counts = gather_counts(cols.numel(), matrix.device)
     if sum(counts) > DENSE_SHARE * matrix.shape[1]:
         return mean(matrix)[0]
-    width = max(counts)
-    index = torch.zeros(width, dtype=torch.int64, device=matrix.device)
-    index[: cols.numel()] = cols
-    values = torch.zeros(matrix.shape[0], width, dtype=matrix.dtype, device=matrix.device)
-    values[:, : cols.numel()] = matrix[:, cols]
-    indices, columns = [torch.empty_like(index) for _ in counts], [torch.empty_like(values) for _ in counts]
-    _collective(dist.all_gather, indices, index)
-    _collective(dist.all_gather, columns, values)
-    traffic["calls"] += 2
-    traffic["bytes"] += (index.numel() * 8 + values.numel() * values.element_size()) * here.size
     out = torch.zeros_like(matrix)
-    for idx, vals, count in zip(indices, columns, counts):
-        out.index_add_(1, idx[:count], vals[:, :count])
+    for idx, vals in zip(gather_parts(cols, counts), gather_parts(matrix[:, cols], counts)):
+        out.index_add_(1, idx, vals)
     return out / here.size
 
 
+def gather_counts(count: int, device: torch.device) -> list[int]:
+    """Every rank's ``count``, in rank order (one all-gather)."""
+    import torch.distributed as dist
+
+    here = world()
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(here.size)]
+    _collective(dist.all_gather, sizes, torch.tensor([count], device=device))
+    traffic["calls"] += 1
+    traffic["bytes"] += 8 * here.size
+    return [int(c.item()) for c in sizes]
+
+
 def gather_parts(part: torch.Tensor, counts: list[int] | None = None) -> list[torch.Tensor]:
-    """Every rank's 1-D tensor ``part`` (their lengths may differ), in rank order, on every rank: one
-    all-gather of the lengths unless ``counts`` gives them, then one of the parts padded to the longest.  With
-    one process, ``[part]``."""
+    """Every rank's ``part`` (their last dimensions may differ), in rank order, on every rank: the lengths
+    (:func:`gather_counts`) unless ``counts`` gives them, then one all-gather of the parts padded to the
+    longest.  With one process, ``[part]``."""
     here = world()
     if not here.parallel:
         return [part]
     import torch.distributed as dist
 
-    if counts is None:
-        sizes = [torch.zeros(1, dtype=torch.int64, device=part.device) for _ in range(here.size)]
-        _collective(dist.all_gather, sizes, torch.tensor([part.numel()], device=part.device))
-        counts = [int(c.item()) for c in sizes]
-        traffic["calls"] += 1
-        traffic["bytes"] += 8 * here.size
-    padded = part.new_zeros(max(counts))
-    padded[: part.numel()] = part
+    counts = gather_counts(part.shape[-1], part.device) if counts is None else counts
+    padded = part.new_zeros(*part.shape[:-1], max(counts))
+    padded[..., : part.shape[-1]] = part
     parts = [torch.empty_like(padded) for _ in counts]
     _collective(dist.all_gather, parts, padded)
     traffic["calls"] += 1
     traffic["bytes"] += padded.numel() * padded.element_size() * here.size
-    return [p[:count] for p, count in zip(parts, counts)]
+    return [p[..., :count] for p, count in zip(parts, counts)]
 
 
 def agree(value: float, op: str = "max") -> float:
