@@ -132,6 +132,11 @@ def leave() -> None:
     dist.destroy_process_group()
 
 
+#: Seconds a rank whose collective failed waits for the other ranks to say the same through the job's store;
+#: those that do not are named as dead or hung.
+ANSWER_WAIT = 2.0
+
+
 def _collective(call: Any, *args: Any, **kwargs: Any) -> None:
     try:
         call(*args, **kwargs)
@@ -139,8 +144,34 @@ def _collective(call: Any, *args: Any, **kwargs: Any) -> None:
         here = world()
         raise DistributedError(
             f"rank {here.rank} of {here.size}: a collective failed ({type(exc).__name__}: {str(exc)[:300]}); "
-            "another rank died, hung past the timeout, or reached a different point of the run. The run stops"
+            f"{_silent_ranks(here)}. The run stops"
         ) from exc
+
+
+def _silent_ranks(here: World) -> str:
+    """Which ranks are lost, as a sentence: every rank whose collective failed marks it in the job's store (on
+    rank 0's host), and the ranks with no mark after :data:`ANSWER_WAIT` seconds are dead or hung.  The
+    backends' own errors do not say which peer it was (gloo names a socket, or only a timeout)."""
+    import time
+
+    import torch.distributed as dist
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(timedelta(seconds=ANSWER_WAIT))
+        store.add(f"fullcomp/failed/{here.rank}", 1)
+        deadline = time.monotonic() + ANSWER_WAIT
+        while True:
+            silent = [r for r in range(here.size) if r != here.rank and not store.add(f"fullcomp/failed/{r}", 0)]
+            if not silent or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+    except Exception:  # the store went with rank 0
+        return "rank 0, which hosts the job's store, did not answer (dead or hung)"
+    if not silent:
+        return "every rank's collective failed: the ranks reached different points of the run, or the network failed"
+    ranks = f"rank {silent[0]}" if len(silent) == 1 else "ranks " + ", ".join(map(str, silent))
+    return f"{ranks} did not answer within {ANSWER_WAIT:g} s (dead or hung)"
 
 
 def mean(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:

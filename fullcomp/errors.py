@@ -59,4 +59,5 @@ class CallbackError(FullcompError, RuntimeError):
 
 
 class DistributedError(FullcompError, RuntimeError):
-    """A collective failed: another rank died, hung past the timeout, or disagreed; the message names this rank."""
+    """A collective failed: another rank died, hung past the timeout, or disagreed; the message names this rank
+    and the ranks that did not answer."""

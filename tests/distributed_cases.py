@@ -313,9 +313,15 @@ def subspace_run(rank: int | None, blocked: bool = False, blocks: str = "rows") 
     return {**record(result), "heuristic": sum(used), "factored": len(set(factored))}
 
 
+#: The "hang" case: its collectives' timeout, and how long rank 1 stays silent (well past the timeout and the
+#: others' wait for a reply).
+HANG_TIMEOUT, HANG_SLEEP = 4.0, 16.0
+
+
 def worker(case: str, out: str, extra: str) -> None:
     """One rank of a 2-process job on 127.0.0.1 (the test sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
-    here = fc.distributed.init(backend="nccl" if case == "nccl" else "gloo", timeout=15.0 if case != "nccl" else 60.0)
+    timeout = {"nccl": 60.0, "hang": HANG_TIMEOUT}.get(case, 15.0)
+    here = fc.distributed.init(backend="nccl" if case == "nccl" else "gloo", timeout=timeout)
     found: dict = {}
     if case == "equivalence":
         collective, biggest = fc.distributed._collective, [0]
@@ -373,10 +379,13 @@ def worker(case: str, out: str, extra: str) -> None:
         resumed = fc.solve(sharded(here.rank), "psg", iters=12, checkpoint=fc.Checkpoint(path, every=3), **run)
         whole = fc.solve(sharded(here.rank), "psg", iters=12, **run)
         found["psg"] = {"resumed_from": resumed.info["resumed_from"], "same": record(resumed) == record(whole)}
-    elif case == "kill":
+    elif case in ("kill", "hang", "kill-host"):
+        lost = 0 if case == "kill-host" else 1  # rank 0 hosts the job's store
 
         def die(it):
-            if here.rank == 1 and it.k == 5:
+            if here.rank == lost and it.k == 5:
+                if case == "hang":  # alive, but silent past the timeout; it leaves once the test is done with it
+                    time.sleep(HANG_SLEEP)
                 os._exit(3)  # a rank lost mid-run, with no goodbye
 
         started = time.monotonic()
@@ -384,10 +393,10 @@ def worker(case: str, out: str, extra: str) -> None:
             fc.solve(composite(here.rank), "hmsfw", iters=10_000, seed=SEED, progress=False, callback=die)
         except fc.errors.DistributedError as exc:
             found = {"error": str(exc), "seconds": time.monotonic() - started}
-    if here.rank == 0:
+    if here.rank == (1 if case == "kill-host" else 0):
         with open(out, "w") as fh:
             json.dump(found, fh)
-    if case != "kill":
+    if case not in ("kill", "hang", "kill-host"):
         fc.distributed.leave()
 
 

@@ -234,8 +234,21 @@ def test_checkpoint_and_resume_on_two_ranks(tmp_path):
 def test_a_lost_rank_stops_the_others_with_a_clear_error(tmp_path):
     # Rank 1 vanishes with os._exit(3); rank 0 exits without leave() (its peer is gone), unchecked here.
     found = job("kill", tmp_path, timeout=120, codes=(None, 3))
-    assert "rank 0 of 2" in found["error"] and "another rank died" in found["error"]
+    assert "rank 0 of 2" in found["error"] and "rank 1 did not answer" in found["error"]
     assert found["seconds"] < 60
+
+
+def test_a_lost_rank_0_is_named_by_the_others_though_the_store_went_with_it(tmp_path):
+    found = job("kill-host", tmp_path, timeout=120, codes=(3, None))
+    assert "rank 1 of 2" in found["error"] and "rank 0, which hosts the job's store, did not answer" in found["error"]
+    assert found["seconds"] < 60
+
+
+def test_a_hung_rank_stops_the_others_within_the_timeout_and_is_named(tmp_path):
+    # Rank 1 sleeps at k = 5 for 16 s; rank 0's next collective times out after 4 s and names rank 1.
+    found = job("hang", tmp_path, timeout=120, codes=(None, 3))
+    assert "rank 0 of 2" in found["error"] and "rank 1 did not answer" in found["error"]
+    assert found["seconds"] < 12
 
 
 SCRIPT = """
