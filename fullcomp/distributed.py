@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -156,18 +157,32 @@ def _silent_ranks(here: World) -> str:
 
     import torch.distributed as dist
 
+    def wait(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + ANSWER_WAIT
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def all_marked() -> bool:
+        answered.update(r for r in range(here.size) if r not in answered and store.add(f"fullcomp/failed/{r}", 0))
+        return len(answered) == here.size
+
+    store = dist.distributed_c10d._get_default_store()
+    timeout, answered = store.timeout, {here.rank}
     try:
-        store = dist.distributed_c10d._get_default_store()
         store.set_timeout(timedelta(seconds=ANSWER_WAIT))
         store.add(f"fullcomp/failed/{here.rank}", 1)
-        deadline = time.monotonic() + ANSWER_WAIT
-        while True:
-            silent = [r for r in range(here.size) if r != here.rank and not store.add(f"fullcomp/failed/{r}", 0)]
-            if not silent or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-    except Exception:  # the store went with rank 0
-        return "rank 0, which hosts the job's store, did not answer (dead or hung)"
+        wait(all_marked)
+        # Rank 0 keeps the store up until the other ranks that answered have read the marks.
+        if here.rank:
+            store.add("fullcomp/failed/read", 1)
+        else:
+            wait(lambda: store.add("fullcomp/failed/read", 0) >= len(answered) - 1)
+    except Exception:  # the store went with rank 0: lost, or stopped after its own mark
+        if 0 not in answered:
+            return "rank 0, which hosts the job's store, did not answer (dead or hung)"
+    finally:
+        store.set_timeout(timeout)
+    silent = sorted(set(range(here.size)) - answered)
     if not silent:
         return "every rank's collective failed: the ranks reached different points of the run, or the network failed"
     ranks = f"rank {silent[0]}" if len(silent) == 1 else "ranks " + ", ".join(map(str, silent))

@@ -320,7 +320,7 @@ HANG_TIMEOUT, HANG_SLEEP = 4.0, 16.0
 
 def worker(case: str, out: str, extra: str) -> None:
     """One rank of a 2-process job on 127.0.0.1 (the test sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
-    timeout = {"nccl": 60.0, "hang": HANG_TIMEOUT}.get(case, 15.0)
+    timeout = {"nccl": 60.0, "hang": HANG_TIMEOUT, "disagree": HANG_TIMEOUT}.get(case, 15.0)
     here = fc.distributed.init(backend="nccl" if case == "nccl" else "gloo", timeout=timeout)
     found: dict = {}
     if case == "equivalence":
@@ -379,6 +379,18 @@ def worker(case: str, out: str, extra: str) -> None:
         resumed = fc.solve(sharded(here.rank), "psg", iters=12, checkpoint=fc.Checkpoint(path, every=3), **run)
         whole = fc.solve(sharded(here.rank), "psg", iters=12, **run)
         found["psg"] = {"resumed_from": resumed.info["resumed_from"], "same": record(resumed) == record(whole)}
+    elif case == "disagree":  # rank 0 averages while rank 1 waits at the closing barrier: both time out
+        started = time.monotonic()
+        try:
+            fc.distributed.mean(torch.ones(3)) if here.rank == 0 else fc.distributed.leave()
+        except fc.errors.DistributedError as exc:
+            found = {"error": str(exc), "seconds": time.monotonic() - started}
+        with open(os.path.join(extra, f"rank{here.rank}.json"), "w") as fh:
+            json.dump(found, fh)
+        if here.rank == 0:  # at once, with the store it hosts: the other rank must have read the marks by then
+            with open(out, "w") as fh:
+                json.dump(found, fh)
+            os._exit(0)
     elif case in ("kill", "hang", "kill-host"):
         lost = 0 if case == "kill-host" else 1  # rank 0 hosts the job's store
 
@@ -396,7 +408,7 @@ def worker(case: str, out: str, extra: str) -> None:
     if here.rank == (1 if case == "kill-host" else 0):
         with open(out, "w") as fh:
             json.dump(found, fh)
-    if case not in ("kill", "hang", "kill-host"):
+    if case not in ("kill", "hang", "kill-host", "disagree"):
         fc.distributed.leave()
 
 

@@ -244,6 +244,14 @@ def test_a_lost_rank_0_is_named_by_the_others_though_the_store_went_with_it(tmp_
     assert found["seconds"] < 60
 
 
+def test_ranks_at_different_collectives_say_so_and_blame_no_one(tmp_path):
+    job("disagree", tmp_path, extra=str(tmp_path), timeout=120, codes=(None, None))
+    for rank in range(WORLD):
+        found = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert f"rank {rank} of 2" in found["error"] and "every rank's collective failed" in found["error"]
+        assert found["seconds"] < 12
+
+
 def test_a_hung_rank_stops_the_others_within_the_timeout_and_is_named(tmp_path):
     # Rank 1 sleeps at k = 5 for 16 s; rank 0's next collective times out after 4 s and names rank 1.
     found = job("hang", tmp_path, timeout=120, codes=(None, 3))
