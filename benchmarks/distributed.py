@@ -229,6 +229,21 @@ def peak_rss_gb() -> float:
     return kb / 1024**2
 
 
+def allreduce_seconds(world: fc.distributed.World, numbers: int = 1000, repeats: int = 200) -> float | None:
+    """Wall seconds of one bare all-reduce of ``numbers`` float64 between the ranks (None on one process)."""
+    import time
+
+    if not world.parallel:
+        return None
+    t = torch.ones(numbers, dtype=torch.float64)
+    for _ in range(20):
+        torch.distributed.all_reduce(t)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.distributed.all_reduce(t)
+    return (time.perf_counter() - start) / repeats
+
+
 def measure(world: fc.distributed.World, completion: str = "none", layout: str = "sharded") -> dict:
     torch.set_num_threads(1)
     if completion == "methods":
@@ -236,13 +251,17 @@ def measure(world: fc.distributed.World, completion: str = "none", layout: str =
     if completion != "none":
         return completion_case(world, completion, layout)
     pu, per_epoch = pu_on_shard(world)
+    fc.distributed.traffic.update(calls=0, bytes=0)
     smag = fc.smag(pu, gamma=0.5, eta0=0.2, eta1=0.1, iters=3 * per_epoch, seed=0, progress=False)
+    smag_reductions = fc.distributed.traffic["calls"] / (3 * per_epoch)
     fc.distributed.traffic.update(calls=0, bytes=0)
     problem = dense_on_shard(world)
     dense = fc.hmsfw(problem, iters=ITERS_DENSE, seed=0, progress=False, max_pricing=5)
     sent = dict(fc.distributed.traffic)  # the first sample at set-up is one more reduction than the updates
     return {
         "smag_epoch_s": smag.info["optimizer_seconds"] / 3,
+        "smag_reductions_per_update": smag_reductions,
+        "allreduce_s": allreduce_seconds(world),
         "dense_update_s": dense.info["optimizer_seconds"] / ITERS_DENSE,
         "dense_bytes_per_update": sent["bytes"] / (ITERS_DENSE + 1),
         "dense_reductions_per_update": sent["calls"] / (ITERS_DENSE + 1),
@@ -391,6 +410,10 @@ def main() -> None:
     print(
         f"  1 process {one['smag_epoch_s']:.3f}   2 processes {two['smag_epoch_s']:.3f}   "
         f"ratio {two['smag_epoch_s'] / one['smag_epoch_s']:.2f}"
+    )
+    print(
+        f"  {two['smag_reductions_per_update']:.2f} all-reduces per update on 2 processes; one bare all-reduce of "
+        f"1,000 float64 on this loopback takes {two['allreduce_s'] * 1e3:.2f} ms (wall)"
     )
     print("dense composite HMSFW (7 groups, d = 2000, global batch 256), optimizer seconds per update")
     print(
