@@ -472,6 +472,34 @@ def test_conic_master_matches_the_cvxpy_master(outer):
         np.testing.assert_allclose(solution.q, -link.dual_value, atol=1e-6)
 
 
+def test_conic_master_refills_its_matrices_as_a_fresh_assembly():
+    """Masters of the same width k reuse one structure: each solve's A must be the dense assembly of its own
+    images (zeros dropped), whichever images came before, and its answer CVXPY's."""
+    from fullcomp.glmo.master import ConicMaster
+    from fullcomp.model.composite import Outer
+
+    u = fc.inner_value(4)
+    expr = fc.cvar(u, 0.5)
+    master = ConicMaster(Outer(expr, fc.L2Ball(3)))
+    rng = np.random.default_rng(11)
+    for k, zeros in [(3, False), (3, False), (5, False), (3, True), (3, False), (5, True), (5, False)]:
+        c, images = rng.standard_normal(4), rng.standard_normal((4, k))
+        if zeros:
+            images[rng.random(images.shape) < 0.4] = 0.0
+        _, A = master._matrices(images)
+        dense = np.zeros(A.shape)
+        dense[:4, :k], dense[4, :k], dense[5 + np.arange(k), np.arange(k)] = -images, 1.0, -1.0
+        dense[:4, k:], dense[5 + k :, k:] = master.select_u, master.A_F
+        np.testing.assert_array_equal(A.toarray(), dense)
+        assert A.nnz == np.count_nonzero(dense)
+        solution = master.solve(c, images)
+        w = cp.Variable(k, nonneg=True)
+        reference = cp.Problem(cp.Minimize(expr), [u == c + images @ w, cp.sum(w) == 1])
+        reference.solve(solver="CLARABEL")
+        value = Outer(expr, fc.L2Ball(3)).value(c + images @ solution.weights)
+        assert value == pytest.approx(reference.value, abs=1e-7)
+
+
 def test_colgen_on_entries_never_builds_the_dense_index():
     """A 10^5 x 10^5 nuclear ball (10^10 entries) read at 50 entries: column generation must stay sparse."""
     from fullcomp.model.composite import Outer

@@ -56,10 +56,33 @@ class ConicMaster:
         self._v_indptr, self._v_data = fixed.indptr, fixed.data
         self._v_rows, self._v_below = fixed.indices, fixed.indices > self.n
         self._P = {}  # k -> the upper triangle of P in CSC form
+        self._A: dict[int, sp.csc_matrix] = {}  # k -> A for images without zeros, refilled by each solve
 
     def _matrices(self, images: np.ndarray) -> tuple[sp.csc_matrix, sp.csc_matrix]:
         """P and A of the program with these images, built in CSC form: the same matrices as a dense
-        assembly converted (zeros dropped, rows sorted), at a fraction of the cost."""
+        assembly converted (zeros dropped, rows sorted), at a fraction of the cost.
+
+        Images without zeros (the usual case) fill the values of a structure kept for each k: building a
+        scipy matrix took 250 of the 1,100 us a MovieLens-100K master costs in a run."""
+        n, k = images.shape
+        full = bool(images.all())
+        held = self._A.get(k) if full else None
+        if held is None:
+            A = self._assemble(images)
+            if full:
+                self._A[k] = A
+        else:
+            A = held
+            np.negative(images.T, out=A.data[: k * (n + 2)].reshape(k, n + 2)[:, :n])
+        P = self._P.get(k)
+        if P is None:
+            P = np.zeros((k + self.nv, k + self.nv))
+            if self.P_F is not None:
+                P[k:, k:] = self.P_F
+            P = self._P[k] = sp.csc_matrix(np.triu(P))
+        return P, A
+
+    def _assemble(self, images: np.ndarray) -> sp.csc_matrix:
         n, k = images.shape
         rows = np.vstack([np.repeat(np.arange(n)[:, None], k, axis=1), np.full((1, k), n), n + 1 + np.arange(k)])
         values = np.vstack([-images, np.ones((1, k)), -np.ones((1, k))])
@@ -68,14 +91,7 @@ class ConicMaster:
         indptr = np.concatenate([w_indptr, w_indptr[-1] + self._v_indptr[1:]])
         indices = np.concatenate([rows.T[keep], self._v_rows + k * self._v_below])
         data = np.concatenate([values.T[keep], self._v_data])
-        A = sp.csc_matrix((data, indices, indptr), shape=(n + 1 + k + self.A_F.shape[0], k + self.nv))
-        P = self._P.get(k)
-        if P is None:
-            P = np.zeros((k + self.nv, k + self.nv))
-            if self.P_F is not None:
-                P[k:, k:] = self.P_F
-            P = self._P[k] = sp.csc_matrix(np.triu(P))
-        return P, A
+        return sp.csc_matrix((data, indices, indptr), shape=(n + 1 + k + self.A_F.shape[0], k + self.nv))
 
     def solve(self, c: np.ndarray, images: np.ndarray) -> MasterSolution | None:
         """Weights on the columns of ``images`` (n, k) minimizing F(c + images @ w) over the simplex.
