@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from time_split import TimeSplit, floor
+from time_split import TimeSplit
 
 import fullcomp as fc
 from fullcomp.experiments import completion_problem
@@ -47,8 +47,8 @@ def main() -> None:
         print(f"{method}: {seconds[method]:.4f} {args.clock} s per update{extra}")
         if method == "hmsfw-ii":
             print(f"  split per update (cpu s): {split.line(res.info['iterations'] + 1, seconds[method])}")
-            ratio = seconds[method] / floor(completion.problem)
-            print(f"  update / (one Jacobian + one exact LMO): {ratio:.1f} (target <= 4)")
+            ratio = split.floor_line(completion.problem.reads, seconds[method])
+            print(f"  update / (one Jacobian + one exact LMO): {ratio} (target <= 4)")
     for method in ("hmsfw-ii", "hmsfw-ii-fb"):
         print(f"ratio {method} / psg: {seconds[method] / seconds['psg']:.2f} (target for hmsfw-ii: <= 0.3)")
 

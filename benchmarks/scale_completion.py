@@ -19,7 +19,7 @@ import resource
 import time
 
 import torch
-from time_split import TimeSplit, floor, steady
+from time_split import TimeSplit, steady
 
 import fullcomp as fc
 from fullcomp.experiments import completion_problem
@@ -56,7 +56,7 @@ def main() -> None:
         )
         # The split counts the closing row's GLMO too, so its parts are per GLMO call (updates + 1).
         print(f"  split per update (cpu s): {split.line(updates + 1, per_update)}")
-        print(f"  update / (one Jacobian + one exact LMO): {per_update / floor(completion.problem):.1f}")
+        print(f"  update / (one Jacobian + one exact LMO): {split.floor_line(completion.problem.reads, per_update)}")
         per, start, calls = steady(res)
         if per is None:
             print("  the pool filled only in the last update: no steady-state figure (run more --iters)")
