@@ -553,6 +553,21 @@ def test_colgen_prices_on_bounds_and_certifies_against_cvxpy(monkeypatch):
     assert res.value - ref <= res.gap_bound + 1e-8 * (1 + abs(ref))
 
 
+def test_colgen_master_falls_back_to_its_cvxpy_program(monkeypatch):
+    """When Clarabel called directly reports no solution, the CVXPY master (with SCS behind it) takes over; its
+    parameters must hold this call's model, not the last fallback's."""
+    from fullcomp.glmo.master import ConicMaster
+
+    monkeypatch.setattr(ConicMaster, "solve", lambda self, c, images: None)
+    u = fc.inner_value(4)
+    X = nuclear_instance(21, n=4, shape=(5, 6))[0]
+    glmo = fc.build_glmo(cp.max(u), X, route="colgen")
+    for seed in (21, 22):  # the same X, another model
+        _, z, V, y = nuclear_instance(seed, n=4, shape=(5, 6))
+        res = glmo.solve(z, V, y, tol=1e-6)
+        check_answer(res, X, "max", None, z - V @ y, V, reference(X, "max", None, 4, z - V @ y, V), "colgen")
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_colgen_certificates_bound_the_truth_on_random_lanczos_instances(seed, monkeypatch):
     monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)  # Lanczos, warm-started by the last atom, on every call
