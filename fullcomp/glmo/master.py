@@ -83,6 +83,7 @@ class ConicMaster:
         return P, A
 
     def _assemble(self, images: np.ndarray) -> sp.csc_matrix:
+        """A for these images, zeros dropped."""
         n, k = images.shape
         rows = np.vstack([np.repeat(np.arange(n)[:, None], k, axis=1), np.full((1, k), n), n + 1 + np.arange(k)])
         values = np.vstack([-images, np.ones((1, k)), -np.ones((1, k))])
