@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import cvxpy as cp
 import numpy as np
@@ -87,8 +88,6 @@ def dense_on_shard(world: fc.distributed.World, rows: int = 4096, d: int = 2000,
 
 def jacobian_seconds(problem: fc.CompositeProblem, repeats: int = 30) -> float:
     """Seconds of one sample and its Jacobian on one process: the part of an update that divides over ranks."""
-    import time
-
     from fullcomp.oracles import InnerOracle
 
     oracle = InnerOracle(problem.inner, problem.n, problem.domain.shape, "cpu", torch.float64)
@@ -233,8 +232,6 @@ def peak_rss_gb() -> float:
 
 def allreduce_seconds(world: fc.distributed.World, numbers: int = 1000, repeats: int = 200) -> float | None:
     """Wall seconds of one bare all-reduce of ``numbers`` float64 between the ranks (None on one process)."""
-    import time
-
     if not world.parallel:
         return None
     t = torch.ones(numbers, dtype=torch.float64)

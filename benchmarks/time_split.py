@@ -2,7 +2,7 @@
 
 Shared by the completion benchmarks.  ``TimeSplit`` wraps the three entry points for the
 duration of a run and sums CPU seconds (``time.process_time``, the clock the benchmarks
-report); its ``floor`` is one minibatch Jacobian as the run took them plus one exact LMO of a
+report); its floor is one minibatch Jacobian as the run took them plus one exact LMO of a
 direction the run priced, the least an update that prices once could cost.
 """
 
@@ -21,7 +21,7 @@ from fullcomp.sets.atoms import ScaledRows
 
 
 class TimeSplit:
-    """``with TimeSplit(domain) as split: ...``; then ``split.seconds[part]`` (CPU seconds) and ``split.floor``.
+    """``with TimeSplit(domain) as split: ...``; then ``split.seconds[part]`` (CPU seconds) and ``split.floor_line``.
 
     Every ``every``-th direction priced is kept (a copy, outside the timed call), for the floor's LMOs.
     """
@@ -57,26 +57,22 @@ class TimeSplit:
             direction = np.array(direction, copy=True)
         self.directions.append(direction)
 
-    def floor(self, reads) -> float:
-        """CPU seconds of one minibatch Jacobian (the run's mean) plus one exact LMO: the median, over the kept
-        directions of the run (at scale: their q's on the last G), of a cold LMO (no warm start, no early stop)
-        on the run's entries."""
+    def floor_line(self, reads, per_update: float) -> str:
+        """The update over its floor, with the floor's parts.  The floor is one minibatch Jacobian (the run's mean)
+        plus one exact LMO: the median, over the kept directions of the run (at scale: their q's on the last G),
+        of a cold LMO (no warm start, no early stop) on the run's entries."""
         jacobian = self.seconds["jacobian"] / self.calls["jacobian"]
-        self.lmo_times = times = []
+        times = []
         for direction in self.directions:
             start = time.process_time()
             self.domain.lmo_bounded(direction, reads)
             times.append(time.process_time() - start)
-        return jacobian + statistics.median(times)
-
-    def floor_line(self, reads, per_update: float) -> str:
-        """The update over the floor, with the floor's parts."""
-        floor = self.floor(reads)
-        times = [t * 1e3 for t in sorted(self.lmo_times)]
         lmo = statistics.median(times)
+        floor = jacobian + lmo
         return (
-            f"{per_update / floor:.1f} (floor {floor * 1e3:.1f} ms: Jacobian {floor * 1e3 - lmo:.1f} ms, exact LMO"
-            f" {lmo:.1f} ms, the median over {len(times)} of the run's directions, {times[0]:.1f}-{times[-1]:.1f} ms)"
+            f"{per_update / floor:.1f} (floor {floor * 1e3:.1f} ms: Jacobian {jacobian * 1e3:.1f} ms, exact LMO"
+            f" {lmo * 1e3:.1f} ms, the median over {len(times)} of the run's directions, {min(times) * 1e3:.1f}-"
+            f"{max(times) * 1e3:.1f} ms)"
         )
 
     def __enter__(self) -> TimeSplit:
