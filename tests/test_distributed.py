@@ -163,6 +163,15 @@ def test_the_split_lanczos_matches_the_whole_matrix_svd(split_lanczos, blocks, k
     assert found["sums"][-1] == ["torch.float64", 120 if blocks == "rows" else 50]
 
 
+def test_two_gloo_ranks_sum_by_one_exchange_with_the_all_reduces_bits(split_lanczos):
+    found = split_lanczos["sums"]
+    # One message each way instead of the ring all-reduce's two rounds (half the latency on loopback), and
+    # a + b = b + a: the all-reduce's bits, the same on both ranks.
+    assert found["without_all_reduce"]
+    assert all(found["equal"]) and len(found["equal"]) == 6
+    assert found["bytes"][0] == found["bytes"][1]
+
+
 @pytest.mark.skipif(
     not (torch.cuda.is_available() and torch.cuda.device_count() >= 2 and torch.distributed.is_nccl_available()),
     reason="needs 2 CUDA devices and NCCL",
