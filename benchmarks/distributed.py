@@ -123,7 +123,8 @@ def completion_case(world: fc.distributed.World, size: str, layout: str) -> dict
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")
     fc.distributed.traffic.update(calls=0, bytes=0)
-    res = fc.hmsfw(problem, iters=ITERS_COMPLETION, seed=0, progress=False)
+    with CollectiveStamps() as stamps:
+        res = fc.hmsfw(problem, iters=ITERS_COMPLETION, seed=0, progress=False)
     steady_s, steady_from, steady_calls = steady(res)
     found = {
         "steady_s": steady_s,
@@ -136,6 +137,7 @@ def completion_case(world: fc.distributed.World, size: str, layout: str) -> dict
         "peak_gb": peak_rss_gb(),
         "peak_gb_with_data": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
         "reads": len(problem.reads),
+        "waits": stamps.split() if world.parallel else None,
     }
     if not world.parallel and layout == "sharded":
         # The 2-rank run's own path on one process: the figures compare the same work.  Built after the plain
@@ -164,6 +166,39 @@ def completion_case(world: fc.distributed.World, size: str, layout: str) -> dict
     found["fixed_products"] = count.products / (ITERS_COMPLETION + 1)
     found["fixed_steady_s"], found["fixed_steady_from"], _ = steady(fixed)
     return found
+
+
+class CollectiveStamps:
+    """``with CollectiveStamps() as stamps: ...`` times every collective of the run on each rank: when the rank
+    called it and when it returned (``time.perf_counter``, one clock for the processes of a host).  Then
+    :meth:`split` (a collective itself) divides the ranks' time in them into latency, from the last rank's
+    arrival to the first one's departure, and imbalance, the wait for the last arrival."""
+
+    def __enter__(self) -> CollectiveStamps:
+        self.stamps, self._real = [], fc.distributed._collective
+
+        def stamped(call, *args, **kwargs):
+            start = time.perf_counter()
+            self._real(call, *args, **kwargs)
+            self.stamps.append((start, time.perf_counter()))
+
+        fc.distributed._collective = stamped
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fc.distributed._collective = self._real
+
+    def split(self) -> dict:
+        ranks = np.array(fc.distributed.gather(self.stamps))  # (ranks, collectives, 2)
+        arrive, leave = ranks[:, :, 0], ranks[:, :, 1]
+        latency = leave.min(axis=0) - arrive.max(axis=0)
+        return {
+            "collectives": ranks.shape[1],
+            "latency_median_ms": float(np.median(latency)) * 1e3,
+            "latency_s": float(latency.sum()),
+            "imbalance_s": float((arrive.max(axis=0) - arrive.min(axis=0)).sum()),
+            "waited_s": [float(w) for w in (leave - arrive).sum(axis=1)],
+        }
 
 
 def methods_case(world: fc.distributed.World) -> dict:
@@ -390,6 +425,15 @@ def main() -> None:
             print(
                 f"    fixed budget: {r['fixed_products']:.0f} sparse products per update (rank 0; two per Lanczos "
                 f"step), {r['fixed_update_s'] / r['fixed_products'] * 1e3:.1f} ms of the update per product"
+            )
+        waits = two["waits"]
+        if waits is not None:
+            print(
+                f"    in its collectives ({waits['collectives'] / ITERS_COMPLETION:.0f} per update, set-up's too): "
+                f"rank 0 waited {waits['waited_s'][0] / ITERS_COMPLETION:.3f} s per update, rank 1 "
+                f"{waits['waited_s'][1] / ITERS_COMPLETION:.3f} s; latency (last arrival to first departure) "
+                f"{waits['latency_s'] / ITERS_COMPLETION:.3f} s per update, median {waits['latency_median_ms']:.2f} ms "
+                f"a collective; ranks' arrivals apart {waits['imbalance_s'] / ITERS_COMPLETION:.3f} s per update"
             )
         dense_mb = 8 * 7 * one["reads"] / 1e6
         peak_ratio = max(two["peak_gb_ranks"]) / one["peak_gb"]
