@@ -205,7 +205,7 @@ def summed(t: torch.Tensor) -> None:
 
 
 def mean(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The average of each tensor over the ranks (one all-reduce of one flat buffer); the tensors themselves
+    """The average of each tensor over the ranks (one sum of one flat buffer); the tensors themselves
     when there is one process."""
     here = world()
     if not here.parallel:
