@@ -360,7 +360,7 @@ def worker(case: str, out: str, extra: str) -> None:
     if case == "equivalence":
         collective, biggest = fc.distributed._collective, [0]
 
-        def recorded(call, *args, **kwargs):  # the largest all-reduce of a run
+        def recorded(call, *args, **kwargs):  # the largest sum over the ranks of a run
             if call is fc.distributed.summed:
                 biggest[0] = max(biggest[0], args[0].numel())
             return collective(call, *args, **kwargs)
