@@ -252,6 +252,15 @@ def sharded_columns(rank: int | None) -> fc.CompositeProblem:
     return sharded(rank, WIDE_DATA, "cols")
 
 
+def sharded_mean(rank: int | None) -> fc.CompositeProblem:
+    """:func:`sharded` with the mean over the groups, affine in u: each GLMO is one LMO on sharded entries."""
+    p = sharded(rank)
+    u = fc.inner_value(SHARDED_DATA.n_groups)
+    return fc.CompositeProblem(
+        cp.sum(u) / u.size, p.inner, p.domain, sampler=p.sampler, reads=p.reads.flat, sharded=True
+    )
+
+
 RUNS = {  # name: (problem builder, method, options)
     "hmsfw": (composite, "hmsfw", {}),
     "hmsfw-structured": (completion, "hmsfw", {"max_pricing": 3}),
@@ -259,6 +268,7 @@ RUNS = {  # name: (problem builder, method, options)
     "smag": (dmax, "smag", {"gamma": 0.5, "eta0": 0.2, "eta1": 0.1}),
     "hmsfw-sharded": (sharded, "hmsfw", {"max_pricing": 4}),
     "hmsfw-sharded-cols": (sharded_columns, "hmsfw", {"max_pricing": 4}),
+    "hmsfw-sharded-mean": (sharded_mean, "hmsfw", {}),
     "clipped-scfw-sharded": (sharded, "clipped-scfw", {"max_pricing": 4, "clip": 0.05}),
     "psg-sharded": (sharded, "psg", {"eta": 0.5}),
     "prox-linear-sharded": (sharded, "prox-linear", {}),

@@ -17,12 +17,12 @@ from fullcomp.oracles.jacobian import ROWS_BY_BACKWARD, rows_by_backward
 @pytest.mark.parametrize(
     "domain", [fc.L1Ball(12, 2.0), fc.Simplex(12), fc.L2Ball(12, 1.5), fc.NuclearBall((3, 4), 1.0)], ids=repr
 )
-@pytest.mark.parametrize("affine", ["sum", "weighted"])
+@pytest.mark.parametrize("affine", ["sum", "weighted", "identity"])
 def test_an_affine_outer_function_is_one_lmo_matching_the_conic_program(domain, affine):
-    u = fc.inner_value(3)
-    F = cp.sum(u) if affine == "sum" else 2 * u[0] - u[1] + 0.5 * u[2] + 3.0
+    u = fc.inner_value(1 if affine == "identity" else 3)
+    F = u[0] if affine == "identity" else cp.sum(u) if affine == "sum" else 2 * u[0] - u[1] + 0.5 * u[2] + 3.0
     rng = np.random.default_rng(0)
-    z, V, y = rng.normal(size=3), rng.normal(size=(3, 12)), np.zeros(12)
+    z, V, y = rng.normal(size=u.size), rng.normal(size=(u.size, 12)), rng.normal(size=12)
     fast = build_glmo(F, domain)
     assert isinstance(fast, AffineGLMO) and fast.route == "affine"
     res = fast.solve(z, V, y)
@@ -30,6 +30,38 @@ def test_an_affine_outer_function_is_one_lmo_matching_the_conic_program(domain, 
     reference = build_glmo(F, domain, route="conic").solve(z, V, y)
     assert res.value == pytest.approx(reference.value, abs=1e-6 * max(1.0, abs(reference.value)))
     assert domain.contains(res.x, tol=1e-7)
+    # The value is F at the model of the point returned, z + V (x - y), to rounding.
+    model = z + V @ (res.x.reshape(-1) - y)
+    assert res.value == pytest.approx(_affine_value(F, u, model), abs=1e-12)
+
+
+def _affine_value(F: cp.Expression, u: cp.Expression, w: np.ndarray) -> float:
+    u.value = w
+    return float(F.value)
+
+
+@pytest.mark.parametrize("affine", ["weighted", "identity"])
+def test_an_affine_outer_function_on_read_entries_matches_cvxpy(affine):
+    """With ``reads=`` the model sees only some entries: the LMO over the matrix, priced on those entries."""
+    from fullcomp.sets.atoms import Entries
+
+    u = fc.inner_value(1 if affine == "identity" else 3)
+    F = 2 * u[0] - u[1] + 0.5 * u[2] + 3.0 if affine == "weighted" else u[0]
+    shape, m = (6, 7), 15
+    domain = fc.NuclearBall(shape, 2.0)
+    rng = np.random.default_rng(1)
+    entries = Entries(np.sort(rng.choice(domain.size, m, replace=False)), shape)
+    z, V, y = rng.normal(size=u.size), rng.normal(size=(u.size, m)), rng.normal(size=m)
+    res = build_glmo(F, domain).solve(z, V, y, entries=entries)
+    assert res.x.shape == (m,) and res.calls == 1
+    x = cp.Variable(shape)
+    read = cp.hstack([x[r, c] for r, c in zip(entries.rows, entries.cols)])
+    a = np.array([2.0, -1.0, 0.5]) if affine == "weighted" else np.ones(1)
+    b = 3.0 if affine == "weighted" else 0.0
+    ref = cp.Problem(cp.Minimize(a @ (z + V @ (read - y)) + b), domain.cvxpy_constraints(x))
+    ref.solve(solver="CLARABEL")
+    assert res.value == pytest.approx(ref.value, abs=1e-6 * max(1.0, abs(ref.value)))
+    assert res.value == pytest.approx(float(a @ (z + V @ (res.x - y)) + b), abs=1e-12)
 
 
 def test_a_non_affine_outer_function_keeps_its_route():

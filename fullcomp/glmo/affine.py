@@ -9,12 +9,11 @@ import numpy as np
 
 from fullcomp.glmo.base import (
     GLMOResult,
-    affine_model,
-    as_numpy,
     check_finite,
     check_tol,
     hint_from,
     hint_state,
+    model_inputs,
     pass_hint,
 )
 from fullcomp.model.composite import Outer
@@ -31,6 +30,7 @@ class AffineGLMO:
     def __init__(self, outer: Outer, domain: Set):
         self.outer, self.domain = outer, domain
         self.a, self.b = outer.linear
+        self._unit = self.a.shape == (1,) and self.a[0] == 1.0  # F(u) = u: V's one row is the direction
         self.hint: Atom | None = None  # the last atom warm-starts iterative LMOs
         self._all: Entries | None = None
 
@@ -53,19 +53,21 @@ class AffineGLMO:
         if dense:
             self._all = self._all or Entries.all(self.domain.shape)
             entries = self._all
-        c, Vm = affine_model(z, V, y, self.outer.n, len(entries), entries.total, check=False)
-        direction = np.dot(self.a, Vm)  # at 1 x 20,000: 10 us, against 46 for a @ Vm and 110 for Vm.T @ a
+        z, Vm, y = model_inputs(z, V, y, self.outer.n, len(entries))
+        # At 1 x 20,000 np.dot takes 10 us, against 46 for a @ Vm and 110 for Vm.T @ a; a = 1 needs neither.
+        direction = Vm[0] if self._unit else np.dot(self.a, Vm)
         if dense:  # the whole point: the set's own LMO, without scattering into a dense direction
-            # A non-finite direction (a non-finite input, or V^T a overflowed) makes the value below non-finite.
             atom = DenseAtom(self.domain.lmo_unchecked(direction.reshape(self.domain.shape)))
             x = atom.point.reshape(-1)
         else:
             atom = self.domain.lmo_atom(direction, entries, hint=self.hint)
             x = atom.at(entries)
         self.hint = pass_hint(self.hint, atom)
-        value = float(self.a @ (c + entries.total(Vm @ x)) + self.b)
-        if not math.isfinite(value):  # c is non-finite when an input is (affine_model): name it
-            check_finite(as_numpy(z).reshape(-1), Vm, as_numpy(y).reshape(-1))
+        # a @ (z + V (x - y)) + b as a z + b plus the direction's products: no model vector c = z - V y, and
+        # one all-reduce of one number when the entries are sharded.
+        value = float(self.a @ z + self.b + entries.total(np.array([direction @ x - direction @ y]))[0])
+        if not math.isfinite(value):  # 0 * NaN and 0 * Inf are NaN: a non-finite input makes the value so
+            check_finite(z, Vm, y)
             if dense:
                 self.domain.lmo(direction.reshape(self.domain.shape))  # names a non-finite direction
         if track is not None and not dense:

@@ -91,6 +91,17 @@ def check_finite(z: np.ndarray, V: np.ndarray, y: np.ndarray) -> None:
         raise OptionError(f"GLMO input {name} has NaN or Inf entries")
 
 
+def model_inputs(z: Any, V: Any, y: Any, n: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(z, V, y) as float64 arrays of shapes (n,), (n, d) and (d,), or an error naming the shapes."""
+    z, V, y = as_numpy(z).reshape(-1), as_numpy(V), as_numpy(y).reshape(-1)
+    if z.shape != (n,) or y.shape != (d,) or V.size != n * d:
+        raise OptionError(
+            f"GLMO inputs must be z of size {n}, V of size {n}x{d}, y of size {d}; "
+            f"got z {z.shape}, V {V.shape}, y {y.shape}"
+        )
+    return z, V.reshape(n, d), y
+
+
 def affine_model(
     z: Any,
     V: Any,
@@ -98,23 +109,12 @@ def affine_model(
     n: int,
     d: int,
     total: Callable[[np.ndarray], np.ndarray] | None = None,
-    check: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(c, V) with c = z - V y, V as an (n, d) array: the model is c + V x.
 
-    ``total`` completes V y over the ranks when V and y live on a rank's share of the entries.  ``check=False``
-    leaves :func:`check_finite` to a caller that learns it from c: V y multiplies every entry of V by one of
-    y's (NaN and Inf times anything, 0 included, stay non-finite), so c is finite exactly when all three are,
-    unless a product overflowed."""
-    z, V, y = as_numpy(z).reshape(-1), as_numpy(V), as_numpy(y).reshape(-1)
-    if z.shape != (n,) or y.shape != (d,) or V.size != n * d:
-        raise OptionError(
-            f"GLMO inputs must be z of size {n}, V of size {n}x{d}, y of size {d}; "
-            f"got z {z.shape}, V {V.shape}, y {y.shape}"
-        )
-    V = V.reshape(n, d)
-    if check:
-        check_finite(z, V, y)
+    ``total`` completes V y over the ranks when V and y live on a rank's share of the entries."""
+    z, V, y = model_inputs(z, V, y, n, d)
+    check_finite(z, V, y)
     return z - (V @ y if total is None else total(V @ y)), V
 
 
