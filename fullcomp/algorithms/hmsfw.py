@@ -264,9 +264,9 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
             x, atoms = tensor(res.x), form(state).blend(res.atoms, res.weights, gamma)  # x at the reads, then track
-        # y + gamma (x - y) in one array: y_{k-1}'s, which no state holds now (fresh ones page-fault in at scale)
-        out = spare_y.pop() if spare_y else None
-        y_next = (torch.sub(x, y) if out is None else torch.sub(x, y, out=out)).mul_(gamma).add_(y)
+        # y + gamma (x - y) in one pass, into y_{k-1}'s array, which no state holds now (fresh ones page-fault
+        # in at scale)
+        y_next = torch.lerp(y, x, gamma, out=spare_y.pop() if spare_y else None)
         if k and kept is not None:
             spare_y.append(y)
         value, V, revision = track_jacobian(state, y_next, beta, k + 1)
