@@ -31,13 +31,8 @@ def test_an_affine_outer_function_is_one_lmo_matching_the_conic_program(domain, 
     assert res.value == pytest.approx(reference.value, abs=1e-6 * max(1.0, abs(reference.value)))
     assert domain.contains(res.x, tol=1e-7)
     # The value is F at the model of the point returned, z + V (x - y), to rounding.
-    model = z + V @ (res.x.reshape(-1) - y)
-    assert res.value == pytest.approx(_affine_value(F, u, model), abs=1e-12)
-
-
-def _affine_value(F: cp.Expression, u: cp.Expression, w: np.ndarray) -> float:
-    u.value = w
-    return float(F.value)
+    u.value = z + V @ (res.x.reshape(-1) - y)
+    assert res.value == pytest.approx(float(F.value), abs=1e-12)
 
 
 @pytest.mark.parametrize("affine", ["weighted", "identity"])

@@ -264,8 +264,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             x, atoms = tensor(res.x.reshape(-1)), state["atoms"]
         else:
             x, atoms = tensor(res.x), form(state).blend(res.atoms, res.weights, gamma)  # x at the reads, then track
-        # y + gamma (x - y) in one pass, into y_{k-1}'s array, which no state holds now (fresh ones page-fault
-        # in at scale)
+        # y + gamma (x - y) in one pass, into y_{k-1}'s array: no state holds it now, and a fresh one would
+        # page-fault its way in at scale
         y_next = torch.lerp(y, x, gamma, out=spare_y.pop() if spare_y else None)
         if k and kept is not None:
             spare_y.append(y)
