@@ -143,3 +143,37 @@ def test_the_oracles_finite_check_sees_nan_and_inf_and_survives_an_overflowing_s
         assert not all_finite(value, jac)
     assert not all_finite(torch.tensor([float("inf"), -float("inf")]))  # a total of NaN
     assert all_finite(torch.full((4,), 3e38, dtype=torch.float32))  # finite entries whose sum overflows
+
+
+@pytest.mark.parametrize("with_x", [False, True])
+@pytest.mark.parametrize("full_batch", [False, True])
+def test_the_deterministic_method_reads_phi_off_its_exact_value(with_x, full_batch):
+    """exact=True samples f on full_batch at every iterate, so the history's objective is F of that sample: the
+    value a fresh evaluation gives, without evaluating the map once more at the first and the last row."""
+    rng = np.random.default_rng(2)
+    W, noise = torch.as_tensor(rng.normal(size=(3, 6))), torch.as_tensor(rng.normal(size=(8, 3, 6)))
+    calls = []
+
+    def inner(x, batch):
+        calls.append(1)
+        target = W if batch is None else W + batch.mean(0)
+        return ((x - target) ** 2).sum(1)
+
+    u, domain = fc.inner_value(3), fc.Simplex(6)
+    F = cp.max(u) + (0.1 * cp.sum_squares(domain.variable) if with_x else 0)
+    sampler = (lambda g: noise[torch.randint(8, (2,), generator=g)]) if full_batch else None
+    problem = fc.CompositeProblem(F, inner, domain, sampler=sampler, full_batch=noise if full_batch else None)
+    calls.clear()
+    res = fc.hmsfw(problem, iters=7, exact=True, progress=False, eval_every=3)
+    assert len(calls) == 8  # one sample at each of y_0 .. y_7, nothing else
+    rows = [r for r in res.history.rows if "objective" in r]
+    assert [r["k"] for r in rows] == [0, 3, 6, 7]
+    assert rows[-1]["objective"] == pytest.approx(problem.objective(res.x.numpy()), rel=1e-13, abs=1e-13)
+    # A schedule that keeps momentum in z makes it an estimate after the first step: the objective is evaluated
+    # at k = 3, 6 and 7 (z_0 is still the sample at y_0).
+    calls.clear()
+    tracked = fc.hmsfw(problem, iters=7, exact=True, schedule="paper", progress=False, eval_every=3)
+    assert len(calls) == 8 + 3
+    last = tracked.history.rows[-1]
+    assert last["objective"] == pytest.approx(problem.objective(tracked.x.numpy()), rel=1e-13, abs=1e-13)
+    assert last["objective"] != last["objective_estimate"]
