@@ -29,6 +29,7 @@ Not measured here: anything on NCCL or across hosts.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -138,6 +139,7 @@ def completion_case(world: fc.distributed.World, size: str, layout: str) -> dict
         "peak_gb_with_data": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
         "reads": len(problem.reads),
         "waits": stamps.split() if world.parallel else None,
+        "traffic": stamps.traffic(),
     }
     if not world.parallel and layout == "sharded":
         # The 2-rank run's own path on one process: the figures compare the same work.  Built after the plain
@@ -175,18 +177,50 @@ class CollectiveStamps:
     arrival to the first one's departure, and imbalance, the wait for the last arrival."""
 
     def __enter__(self) -> CollectiveStamps:
-        self.stamps, self._real = [], fc.distributed._collective
+        from fullcomp.sets import lanczos
+
+        self.stamps, self.sizes, self._real = [], [], fc.distributed._collective
+        pricers = ("top_singular_pair", "top_singular_block")
+        self._pricers = [(lanczos, name, getattr(lanczos, name)) for name in pricers]
+        depth = [0]  # > 0 inside a Lanczos run (a block run may hand over to a single-vector one)
 
         def stamped(call, *args, **kwargs):
             start = time.perf_counter()
             self._real(call, *args, **kwargs)
             self.stamps.append((start, time.perf_counter()))
+            sent = sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+            self.sizes.append((sent, depth[0] > 0))
+
+        def flagged(real):
+            def run(*args, **kwargs):
+                depth[0] += 1
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    depth[0] -= 1
+
+            return run
 
         fc.distributed._collective = stamped
+        for module, name, real in self._pricers:
+            setattr(module, name, flagged(real))
         return self
 
     def __exit__(self, *exc) -> None:
         fc.distributed._collective = self._real
+        for module, name, real in self._pricers:
+            setattr(module, name, real)
+
+    def traffic(self) -> dict:
+        """This rank's sums, counted and in bytes: in the Lanczos runs (one to start, one per step, one for the other
+        side's vector at the end) and elsewhere, and the Lanczos sums' commonest sizes with their counts."""
+        inside = [sent for sent, lanczos in self.sizes if lanczos]
+        outside = [sent for sent, lanczos in self.sizes if not lanczos]
+        return {
+            "lanczos": (len(inside), sum(inside)),
+            "other": (len(outside), sum(outside)),
+            "sizes": collections.Counter(inside).most_common(3),
+        }
 
     def split(self) -> dict:
         ranks = np.array(fc.distributed.gather(self.stamps))  # (ranks, collectives, 2)
@@ -434,6 +468,16 @@ def main() -> None:
                 f"{waits['waited_s'][1] / ITERS_COMPLETION:.3f} s; latency (last arrival to first departure) "
                 f"{waits['latency_s'] / ITERS_COMPLETION:.3f} s per update, median {waits['latency_median_ms']:.2f} ms "
                 f"a collective; ranks' arrivals apart {waits['imbalance_s'] / ITERS_COMPLETION:.3f} s per update"
+            )
+            # Per update as the bytes above: the closing row's GLMO counts as one.
+            (inside, in_bytes), (outside, out_bytes) = two["traffic"]["lanczos"], two["traffic"]["other"]
+            per = ITERS_COMPLETION + 1
+            sizes = ", ".join(f"{n / per:.0f} of {b / 1e3:.1f} kB" for b, n in two["traffic"]["sizes"])
+            print(
+                f"    sent by rank 0 per update: {in_bytes / per / 1e6:.2f} MB in the Lanczos runs' {inside / per:.0f} "
+                f"sums (commonest: {sizes}; a block step sums the block's products on the iteration's side, in "
+                f"float32 then float64, and a run ends with one sum of the other side's vector), "
+                f"{out_bytes / per / 1e6:.3f} MB in {outside / per:.0f} other sums"
             )
         dense_mb = 8 * 7 * one["reads"] / 1e6
         peak_ratio = max(two["peak_gb_ranks"]) / one["peak_gb"]

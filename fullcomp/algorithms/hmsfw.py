@@ -391,7 +391,8 @@ def hmsfw(problem: CompositeProblem, **options: Any) -> Result:
     the paper.  ``first_step=g`` fixes gamma_0 = g instead.
 
     History rows: ``objective_estimate`` = F(z_k, y_k), ``gap_estimate``, ``glmo_gap``,
-    ``pricing_calls``, ``gamma``, and ``objective`` when the problem can compute phi.  The result
+    ``pricing_calls``, ``gamma``, and ``objective`` when the problem can compute phi (with ``exact=True``
+    and rho = 1, z_k is f(y_k) on ``full_batch`` and ``objective`` equals ``objective_estimate``).  The result
     holds the trackers ``V`` and ``z``; with ``reads``, ``x_entries`` is the iterate at ``reads``
     followed by ``track`` (the ``x`` a callback sees), ``atoms`` its atomic form and ``x`` the dense
     point rebuilt from them (None above 5e7 entries).
