@@ -232,6 +232,10 @@ class CollectiveStamps:
             "latency_s": float(latency.sum()),
             "imbalance_s": float((arrive.max(axis=0) - arrive.min(axis=0)).sum()),
             "waited_s": [float(w) for w in (leave - arrive).sum(axis=1)],
+            # Two ranks reach the next collective apart by how far apart they left this one plus how much
+            # longer one of them worked in between.
+            "departures_apart_s": float((leave.max(axis=0) - leave.min(axis=0)).sum()),
+            "work_apart_s": float(np.ptp(arrive[:, 1:] - leave[:, :-1], axis=0).sum()),
         }
 
 
@@ -467,7 +471,10 @@ def main() -> None:
                 f"rank 0 waited {waits['waited_s'][0] / ITERS_COMPLETION:.3f} s per update, rank 1 "
                 f"{waits['waited_s'][1] / ITERS_COMPLETION:.3f} s; latency (last arrival to first departure) "
                 f"{waits['latency_s'] / ITERS_COMPLETION:.3f} s per update, median {waits['latency_median_ms']:.2f} ms "
-                f"a collective; ranks' arrivals apart {waits['imbalance_s'] / ITERS_COMPLETION:.3f} s per update"
+                f"a collective; ranks' arrivals apart {waits['imbalance_s'] / ITERS_COMPLETION:.3f} s per update "
+                f"(their departures from the collective before were "
+                f"{waits['departures_apart_s'] / ITERS_COMPLETION:.3f} s apart, and their work in between "
+                f"{waits['work_apart_s'] / ITERS_COMPLETION:.3f} s)"
             )
             # Per update as the bytes above: the closing row's GLMO counts as one.
             (inside, in_bytes), (outside, out_bytes) = two["traffic"]["lanczos"], two["traffic"]["other"]
