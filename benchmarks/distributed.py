@@ -174,7 +174,8 @@ class CollectiveStamps:
     """``with CollectiveStamps() as stamps: ...`` times every collective of the run on each rank: when the rank
     called it and when it returned (``time.perf_counter``, one clock for the processes of a host).  Then
     :meth:`split` (a collective itself) divides the ranks' time in them into latency, from the last rank's
-    arrival to the first one's departure, and imbalance, the wait for the last arrival."""
+    arrival to the first one's departure, and imbalance, the wait for the last arrival.  It also records each
+    collective's bytes and whether a Lanczos run made it (:meth:`traffic`, this rank's own)."""
 
     def __enter__(self) -> CollectiveStamps:
         from fullcomp.sets import lanczos

@@ -304,16 +304,6 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             x_start_weight=state["start"],
         )
 
-    def point(state: dict) -> np.ndarray:
-        return numpy(state["y"]).reshape(domain.shape)
-
-    evaluated = true_objective(problem, lambda s: s["y"][:n_read], point)
-
-    def objective(state: dict) -> float:
-        if state.get("z_exact"):  # a checkpoint written before z_exact existed has no such key
-            return outer.value(numpy(state["z"]), point(state) if outer.depends_on_x else None)
-        return evaluated(state)
-
     info = {
         "variant": value_tracker,
         "glmo_route": solver.route,
@@ -327,7 +317,12 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         iterate=lambda s: s["y"] if kept is not None else s["y"].reshape(domain.shape),
         finish=finish,
         observe=lambda s, k: linear_model(s, k)[0],
-        objective=None if evaluated is None else objective,
+        objective=true_objective(
+            problem,
+            lambda s: s["y"][:n_read],
+            lambda s: numpy(s["y"]).reshape(domain.shape),
+            known=lambda s: s["z"] if s.get("z_exact") else None,  # a checkpoint from before z_exact has none
+        ),
         converged=None if gap_tol is None else (lambda row: row["gap_estimate"] <= gap_tol),
         components={"glmo": solver},
         sharded=problem.sharded,

@@ -34,22 +34,29 @@ SCHEDULE = Param(
 
 
 def true_objective(
-    problem: CompositeProblem, values: Callable[[dict], torch.Tensor], point: Callable
+    problem: CompositeProblem,
+    values: Callable[[dict], torch.Tensor],
+    point: Callable,
+    known: Callable[[dict], torch.Tensor | None] | None = None,
 ) -> Callable | None:
     """phi at a state on ``full_batch`` (or the deterministic map); None when the problem cannot compute it.
 
     ``values(state)`` is what the map reads (the flat point, or its values at ``reads``) and
-    ``point(state)`` the dense point as numpy, read only when F depends on x.
+    ``point(state)`` the dense point as numpy, read only when F depends on x.  ``known(state)``, when it
+    returns a tensor, is f there on ``full_batch`` already (a tracker of weight 1 on the exact map): the map
+    is then not evaluated again.
     """
     if problem.stochastic and problem.full_batch is None:
         return None
     outer, n, shape = problem.outer, problem.n, problem.domain.shape
 
     def objective(state: dict) -> float:
-        read = values(state)
-        with torch.no_grad():
-            out = problem.inner(read.reshape(shape) if problem.reads is None else read, problem.full_batch)
-        (u,) = distributed.mean(check_inner_output(out, n, "evaluating the objective"))  # each rank's shard
+        u = None if known is None else known(state)
+        if u is None:
+            read = values(state)
+            with torch.no_grad():
+                out = problem.inner(read.reshape(shape) if problem.reads is None else read, problem.full_batch)
+            (u,) = distributed.mean(check_inner_output(out, n, "evaluating the objective"))  # each rank's shard
         return outer.value(numpy(u), point(state) if outer.depends_on_x else None)
 
     return objective
