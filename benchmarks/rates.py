@@ -17,9 +17,12 @@ For every method the script prints the least-squares slope of log(mean error
 over seeds) against log K with a 95% bootstrap interval over seeds, next to the
 exponent the theory gives, and saves a log-log plot.
 
-    python benchmarks/rates.py --quick --jobs 2                           # about 1.5 minutes on 2 cores
-    python benchmarks/rates.py --jobs 2 --json docs/theory-checks.json    # docs/theory-checks.md, about 15 minutes
+    python benchmarks/rates.py --quick --jobs 2           # about 1.5 minutes on 2 cores, into runs/rates/
+    python benchmarks/rates.py --jobs 2 --update-docs     # docs/theory-checks.{png,json}, about 15 minutes
     python benchmarks/rates.py --replot docs/theory-checks.json           # table and plot again, no runs
+
+The plot and the raw errors go to --out (default runs/rates/); only --update-docs rewrites the committed
+docs/theory-checks.png and docs/theory-checks.json.
 """
 
 from __future__ import annotations
@@ -259,7 +262,8 @@ def report(results: dict[str, dict], plot_path: Path | None) -> None:
         print(f"\nplot: {plot_path}")
 
 
-def main() -> None:
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the plot and JSON paths resolved: under --out, or the docs' with --update-docs."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="K up to 256, 3 seeds, no Hessian tracker")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 6, quick 3)")
@@ -270,10 +274,26 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--only", default=None, help="run only the cases whose label contains this text")
-    parser.add_argument("--plot", type=Path, default=Path("docs/theory-checks.png"), help="where to save the plot")
-    parser.add_argument("--json", type=Path, default=None, help="also save the raw errors to this JSON file")
+    parser.add_argument("--out", type=Path, default=Path("runs/rates"), help="output folder (default runs/rates)")
+    parser.add_argument("--plot", type=Path, default=None, help="where to save the plot (default OUT/rates.png)")
+    parser.add_argument("--json", type=Path, default=None, help="where to save the raw errors (default OUT/rates.json)")
+    parser.add_argument(
+        "--update-docs", action="store_true", help="write docs/theory-checks.png and .json (the committed figure)"
+    )
     parser.add_argument("--replot", type=Path, default=None, help="print and plot a saved JSON file; run nothing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    if args.update_docs:
+        args.plot, args.json = docs / "theory-checks.png", docs / "theory-checks.json"
+    args.plot = args.plot or args.out / "rates.png"
+    args.json = args.json or args.out / "rates.json"
+    return args
+
+
+def main() -> None:
+    args = options()
+    for path in (args.plot, args.json):
+        path.parent.mkdir(parents=True, exist_ok=True)
     if args.replot is not None:
         report(json.loads(args.replot.read_text()), args.plot)
         return
@@ -312,9 +332,7 @@ def main() -> None:
         }
         for label in labels
     }
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1))
+    args.json.write_text(json.dumps(results, indent=1))
     report(results, args.plot)
     print(f"wall time {time.perf_counter() - started:.0f} s")
 

@@ -19,6 +19,7 @@ from fullcomp.glmo import GLMOResult, build_glmo
 from fullcomp.model import CompositeProblem, chi2_dro, cvar, inner_value
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.run import Checkpoint, History, Result
+from fullcomp.run.allocator import tune as tune_allocator
 from fullcomp.schedules import Schedule
 from fullcomp.sets import Box, ConvexSet, L1Ball, L2Ball, NuclearBall, Set, Simplex
 from fullcomp.stationarity import Stationarity, stationarity
@@ -54,5 +55,5 @@ __all__ = [
     "Stationarity",
 ]
 __all__ += ["psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method"]
-__all__ += ["noise", "metrics", "distributed"]
+__all__ += ["noise", "metrics", "distributed", "tune_allocator"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]

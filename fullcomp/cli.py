@@ -22,13 +22,15 @@ import importlib.util
 import os
 import sys
 import tempfile
+import traceback
 import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fullcomp.errors import FullcompError, ModelError, OptionError
+from fullcomp.errors import FullcompError, ModelError, OptionError, ScriptError
+from fullcomp.run.lock import Lock
 
 #: The method `fullcomp run` picks when --method is not given, by problem kind.
 DEFAULT_METHODS = {"CompositeProblem": "hmsfw-ii", "DMaxProblem": "smag"}
@@ -72,11 +74,8 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         "script",
         help="Python file defining build(args) -> fc.CompositeProblem (or fc.DMaxProblem), or a module-level problem",
     )
-    from fullcomp.algorithms.method import REGISTRY
-
     parser.add_argument(
         "--method",
-        choices=tuple(REGISTRY),
         metavar="NAME",
         help="a registered method (fc.describe() lists them); default hmsfw-ii for a CompositeProblem, "
         "smag for a DMaxProblem",
@@ -126,10 +125,26 @@ def load_script(path: str | os.PathLike) -> dict[str, Any]:
     sys.modules[name] = module
     sys.path.insert(0, str(path.resolve().parent))
     try:
-        spec.loader.exec_module(module)
+        in_script(path, "while it loaded", spec.loader.exec_module, module)
     finally:
         sys.path.remove(str(path.resolve().parent))
     return vars(module)
+
+
+def in_script(script: str | os.PathLike, when: str, call: Callable, *args: Any) -> Any:
+    """``call(*args)``, the script's own code; what it raises (SystemExit too) becomes a ScriptError with the
+    script's traceback, fullcomp's frames left out.  fullcomp's own errors, which name their fix, pass."""
+    try:
+        return call(*args)
+    except FullcompError:
+        raise
+    except (Exception, SystemExit) as exc:
+        trace = traceback.TracebackException.from_exception(exc)
+        ours = str(Path(__file__).resolve().parent)
+        trace.stack = traceback.StackSummary.from_list(
+            [f for f in trace.stack if not f.filename.startswith((ours, "<frozen"))]
+        )
+        raise ScriptError(f"the script {script} failed {when}:\n{''.join(trace.format()).rstrip()}") from None
 
 
 def check_device(name: str, parser: argparse.ArgumentParser) -> None:
@@ -156,7 +171,7 @@ def problem_from_script(namespace: dict[str, Any], script_args: list[str], scrip
     from fullcomp.model.dmax import DMaxProblem
 
     if callable(namespace.get("build")):
-        built = namespace["build"](list(script_args))
+        built = in_script(script, "in build(args)", namespace["build"], list(script_args))
         source = f"{script}: build(args)"
     elif "problem" in namespace:
         if script_args:
@@ -221,7 +236,6 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
 
     ``rest`` holds the script's options (everything after ``--``).
     """
-    import fullcomp as fc
     from fullcomp import distributed
 
     if args.iters is None and args.seconds is None:
@@ -245,6 +259,13 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
         args.method = DEFAULT_METHODS[type(problem).__name__]
         if not args.out:
             out = Path("runs") / f"{Path(args.script).stem}-{args.method}-seed{args.seed}"
+    else:  # checked after the script loaded, since a script may register its own method
+        from fullcomp.algorithms.method import get
+
+        try:
+            get(args.method)
+        except OptionError as exc:
+            parser.error(f"--method: {exc}")
     callback = None
     if evaluate is not None:
 
@@ -257,6 +278,31 @@ def run_command(args: argparse.Namespace, rest: list[str], parser: argparse.Argu
                 return {str(key): float(value) for key, value in metrics.items()}
             except (TypeError, ValueError):
                 raise ModelError(f"{wrong} {metrics!r}") from None
+
+    if not here.writes:
+        return solve_and_save(problem, args, rest, callback, hyper, out, here)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)  # its lock file lives there while the run writes it
+    try:
+        with Lock(out / ".lock", f"--out {out}"):
+            return solve_and_save(problem, args, rest, callback, hyper, out, here)
+    finally:
+        if created and not any(out.iterdir()):  # a run that failed before it had anything to keep
+            out.rmdir()
+
+
+def solve_and_save(
+    problem: Any,
+    args: argparse.Namespace,
+    rest: list[str],
+    callback: Callable | None,
+    hyper: dict,
+    out: Path,
+    here: Any,
+) -> int:
+    """Run the method and write the run folder (the run up to a failure too, when the error carries it)."""
+    import fullcomp as fc
+    from fullcomp import distributed
 
     try:
         result = fc.solve(problem, args.method, **hyper, **solver_options(args, callback))
@@ -458,7 +504,7 @@ def bench_command(args: argparse.Namespace, rest: list[str], parser: argparse.Ar
 
 #: name -> (help, configure(parser), handler(args, rest, parser) -> exit code)
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
-    "run": ("run HMSFW on a problem script and save the run folder", configure_run, run_command),
+    "run": ("run a method on a problem script and save the run folder", configure_run, run_command),
     "report": ("tabulate (and plot) the run folders under a folder", configure_report, report_command),
     "bench": ("run a paper's experiment protocol (bench movielens ...)", configure_bench, bench_command),
 }
@@ -519,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         reject_unknown(sub, args, unknown)
     _, _, handler = COMMANDS[args.command]
+    from fullcomp.run import allocator
+
+    allocator.tune()  # the command owns its process (FULLCOMP_MALLOC=system opts out)
     try:
         return handler(args, rest, sub)
     except FullcompError as exc:

@@ -58,6 +58,11 @@ class CallbackError(FullcompError, RuntimeError):
         self.result = result
 
 
+class ScriptError(FullcompError, RuntimeError):
+    """A problem script given to ``fullcomp run`` failed while it loaded or built its problem; the message
+    names the script and holds the script's own traceback."""
+
+
 class DistributedError(FullcompError, RuntimeError):
     """A collective failed: another rank died, hung past the timeout, or disagreed; the message names this rank
     and the ranks that did not answer."""

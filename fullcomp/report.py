@@ -134,6 +134,13 @@ def read_history(path: Path, required: tuple[str, ...] = (), numeric: tuple[str,
     return history
 
 
+def missing_folder(path: Path) -> str:
+    """Why ``path`` is not a folder to report on: a file (say which), or nothing there."""
+    if path.is_file():
+        return f"is a file ({path.name}), not a run folder: pass the folder that holds it"
+    return "does not exist"
+
+
 def find_runs(folder: str | os.PathLike, on_skip: SkipHandler | None = None) -> list[Run]:
     """Every folder at or below ``folder`` holding both ``summary.json`` and ``history.csv``.
 
@@ -145,7 +152,9 @@ def find_runs(folder: str | os.PathLike, on_skip: SkipHandler | None = None) -> 
     on_skip = warn_skipped if on_skip is None else on_skip
     root = Path(folder)
     if not root.is_dir():
-        raise OptionError(f"report folder {root} does not exist; pass the --out folder of `fullcomp run` or its parent")
+        raise OptionError(
+            f"report folder {root}: {missing_folder(root)}; pass the --out folder of `fullcomp run` or its parent"
+        )
     runs, skipped = [], 0
     for summary_path in sorted(root.rglob("summary.json")):
         history_path = summary_path.with_name("history.csv")
@@ -191,7 +200,7 @@ def protocol_runs(
     on_skip = warn_skipped if on_skip is None else on_skip
     root = Path(folder)
     if not root.is_dir():
-        raise OptionError(f"{root} does not exist; pass the --out folder of `{writer}`")
+        raise OptionError(f"{root}: {missing_folder(root)}; pass the --out folder of `{writer}`")
     runs = []
     for path in sorted(root.rglob("summary.json")):
         history_path = path.with_name("history.csv")

@@ -46,6 +46,10 @@ def check_order(value: Any, name: str) -> float:
     return value
 
 
+#: The schedules whose parameters depend on the horizon K (the budget in iterations).
+HORIZON_SCHEDULES = ("constant", "theorem1", "theorem3")
+
+
 def check_horizon(iters: Any, schedule: str) -> int:
     """The horizon K of a schedule whose parameters depend on it."""
     if iters is None:

@@ -39,12 +39,17 @@ class Stationarity(float):
 
     Attributes
     ----------
-    prox_phi, prox_psi : the proximal points of Phi and Psi at x (x0's container; prox_psi = x without psi).
-    error_bound : certified bound on |returned value - true value| (valid when ``weak_convexity``
+    prox_phi, prox_psi
+        The proximal points of Phi and Psi at x (x0's container; prox_psi = x without psi).
+    error_bound
+        Certified bound on |returned value - true value| (valid when ``weak_convexity``
         bounds the true modulus and the inner maxima are solved, see ``inner_converged``).
-    gap_phi, gap_psi : upper minus lower bound on the two proximal objectives.
-    iterations : cutting-plane iterations of the two subproblems.
-    inner_converged : whether every inner maximization met its tolerance.
+    gap_phi, gap_psi
+        Upper minus lower bound on the two proximal objectives.
+    iterations
+        Cutting-plane iterations of the two subproblems.
+    inner_converged
+        Whether every inner maximization met its tolerance.
     """
 
     prox_phi: Any
@@ -79,21 +84,30 @@ def stationarity(
 
     Parameters
     ----------
-    problem : the :class:`~fullcomp.DMaxProblem`.
-    x : the point, in x0's container (``res.x_phi``) or as a flat vector.
-    gamma : the Moreau parameter (the one SMAG ran with, or another below 1/delta).
-    batch : the data on which phi (and psi) are exact, default ``problem.full_batch``;
-        None for a deterministic problem.  ``psi_batch`` likewise for psi when it has
-        its own sampler.
-    weak_convexity : delta, an upper bound on the weak-convexity moduli of Phi and Psi
+    problem
+        The problem (a ``fc.DMaxProblem``).
+    x
+        The point, in x0's container (``res.x_phi``) or as a flat vector.
+    gamma
+        The Moreau parameter (the one SMAG ran with, or another below 1/delta).
+    batch
+        The data on which phi (and psi) are exact, default ``problem.full_batch``;
+        None for a deterministic problem.
+    psi_batch
+        Likewise for psi when it has its own sampler; default ``problem.psi_full_batch``, else ``batch``.
+    weak_convexity
+        delta, an upper bound on the weak-convexity moduli of Phi and Psi
         (0 for convex components).  It must be below 1/gamma.
-    tol : stop a subproblem when upper minus lower bound <= tol * max(1, |objective|); values below
+    tol
+        Stop a subproblem when upper minus lower bound <= tol * max(1, |objective|); values below
         about 1e-13 sit under the rounding floor of float64 and only use up ``max_iter``.
-    max_iter : cutting-plane iterations per subproblem.
+    max_iter
+        Cutting-plane iterations per subproblem.
 
     Returns
     -------
-    :class:`Stationarity`, a float with the proximal points and a certified error bound.
+    Stationarity
+        A float with the proximal points and a certified error bound.
     """
     if not isinstance(problem, DMaxProblem):
         raise ModelError(f"stationarity needs a fc.DMaxProblem, got {type(problem).__name__}")

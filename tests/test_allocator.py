@@ -65,13 +65,21 @@ def test_tune_reports_whether_the_settings_are_in_force(monkeypatch):
     assert allocator.tune() is GLIBC
 
 
-def test_a_run_tunes_the_allocator(monkeypatch):
+def test_a_run_leaves_the_allocator_and_the_command_tunes_it(monkeypatch, tmp_path):
     import cvxpy as cp
 
     import fullcomp as fc
+    from fullcomp.cli import main
 
     monkeypatch.setattr(allocator, "_tuned", None)
     u = fc.inner_value(1)
     problem = fc.CompositeProblem(cp.sum(u), lambda x, _: (x @ x).reshape(1), fc.L1Ball(3), sampler=lambda g: None)
     fc.hmsfw(problem, iters=2, progress=False)
+    assert allocator._tuned is None  # a library call leaves its caller's process as it was
+    script = tmp_path / "p.py"
+    script.write_text(
+        "import cvxpy as cp, fullcomp as fc\n"
+        "problem = fc.CompositeProblem(cp.sum(fc.inner_value(1)), lambda x, _: (x @ x).reshape(1), fc.L1Ball(3))\n"
+    )
+    assert main(["run", str(script), "--iters", "2", "--no-progress", "--out", str(tmp_path / "out")]) == 0
     assert allocator._tuned is GLIBC

@@ -146,7 +146,7 @@ def test_default_out_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         (["run", str(QUICKSTART), "--iters", "3", "--seconds", "1"], "not allowed with argument"),
         (["run", str(QUICKSTART), "--iters", "0"], "--iters: expected a positive integer, got 0"),
         (["run", str(QUICKSTART), "--seconds", "-1"], "--seconds: expected a positive"),
-        (["run", str(QUICKSTART), "--iters", "3", "--method", "newton"], "--method: invalid choice: 'newton'"),
+        (["run", str(QUICKSTART), "--iters", "3", "--method", "newton"], "--method: unknown method 'newton'"),
         (["run", str(QUICKSTART), "--iters", "3", "--device", "gpu!"], "--device 'gpu!' is not a torch device"),
         (["report"], "the following arguments are required: folder"),
         (["report", ".", "--bogus"], "unrecognized arguments: --bogus"),

@@ -15,7 +15,7 @@ from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import BatchJacobian, InnerOracle, check_inner_output, dense
 from fullcomp.run import Result, RunOptions
-from fullcomp.schedules import Schedule, resolve
+from fullcomp.schedules import HORIZON_SCHEDULES, Schedule, resolve
 from fullcomp.sets.atoms import AtomicForm, Entries, combine
 from fullcomp.trackers import (
     Revision,
@@ -84,7 +84,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     point_shape = HESSIAN_POINTS.get(hp["hessian_point"], hp["hessian_point"])
     if clip is not None and tracker != "polyak":
         raise OptionError("clip applies to the fresh sampled Jacobian of Clipped SCFW; use it with tracker='polyak'")
-    schedule, iters = hp["schedule"], run.budget.iters
+    schedule = hp["schedule"]
+    iters = run.horizon if schedule in HORIZON_SCHEDULES else None
     sched = resolve(
         schedule, iters=iters, exact=exact, variant=value_tracker, tracker=tracker, r_f=hp["r_f"], r_g=hp["r_g"]
     )

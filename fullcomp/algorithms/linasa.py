@@ -32,7 +32,7 @@ PARAMS = (
 
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     mu, smoothing, beta, icg_steps, delta = hp["mu"], hp["smoothing"], hp["beta"], hp["icg_steps"], hp["delta"]
-    N = hp["horizon"] if hp["horizon"] is not None else run.budget.iters
+    N = hp["horizon"] if hp["horizon"] is not None else run.horizon
     if N is None:
         raise OptionError("horizon N (tau = 1/sqrt(N)) is needed when the budget is in seconds: pass horizon=N")
     device, dtype, generator = run.device, run.dtype, run.generator
@@ -171,10 +171,11 @@ def linasa_icg(problem: CompositeProblem, **options: Any) -> Result:
 
     Returns
     -------
-    Result with ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
-    F(w_k, x_k) (the unsmoothed F), ``smoothed_estimate`` = F_mu(w_k, x_k),
-    ``tau``, ``icg_steps`` (LMO calls), ``icg_gap`` (final FW gap of q)), the
-    function tracker ``w`` and the direction ``d``.
+    Result
+        With ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
+        F(w_k, x_k) (the unsmoothed F), ``smoothed_estimate`` = F_mu(w_k, x_k),
+        ``tau``, ``icg_steps`` (LMO calls), ``icg_gap`` (final FW gap of q)), the
+        function tracker ``w`` and the direction ``d``.
     """
     return solve(problem, "linasa-icg", **options)
 

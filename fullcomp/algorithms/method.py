@@ -11,13 +11,14 @@ fingerprint, the result and its status) is done here and in
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fullcomp import distributed
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.run.driver import Plan, drive
+from fullcomp.run.driver import Plan, drive, resuming
 from fullcomp.run.fingerprint import problem_fingerprint
 from fullcomp.run.options import SHARED, RunOptions
 from fullcomp.run.result import Result
@@ -137,6 +138,34 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
     ``fc.describe(method)`` lists both.  Every method returns a Result with
     ``x``, ``history`` (``k``, ``time``, ``objective_estimate``, ``objective``
     when the problem can compute it, and the method's columns) and ``status``.
+
+    Parameters
+    ----------
+    problem : CompositeProblem or DMaxProblem
+        The problem to solve, an instance of the problem class the method
+        accepts (``fc.methods(problem)`` lists the methods for it).
+        Positional only.
+    method : str
+        The name of a registered method (``fc.methods()``), e.g. ``"hmsfw"``
+        or ``"smag"``.  Positional only.
+    **options
+        The method's hyperparameters and the shared options (``iters``,
+        ``seconds``, ``seed``, ``device``, ``callback``, ``checkpoint``, ...),
+        by keyword; ``fc.describe(method)`` and the tables of the algorithm
+        guide list both.  A preset's fixed hyperparameters cannot be given.
+
+    Returns
+    -------
+    Result
+        The run's final point, history and status.
+
+    Raises
+    ------
+    OptionError
+        An unknown method, an option the method does not accept, a required
+        hyperparameter missing, or a value that fails validation.
+    ModelError
+        ``problem`` is not of the problem class the method accepts.
     """
     spec = get(method)
     if not isinstance(problem, spec.problem):
@@ -152,19 +181,31 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
     run = RunOptions.resolve(problem, spec.name, shared)
     if run.x0 is not None:
         problem = problem.with_start(run.x0)
-    plan = spec.setup(problem, hp, run)
-    plan.info = {
-        **plan.info,
-        "method": spec.name,
-        "seed": run.seed,
-        "device": str(run.device),
-        "dtype": str(run.dtype),
-    }
     # Only a checkpoint needs the fingerprint, whose data hash reads every array the problem holds.
     stamp = None if run.checkpoint is None else fingerprint(spec, hp, run, problem)
     if stamp is not None and run.world.parallel:  # each rank holds its own shard: the checkpoint knows them all
         stamp = {**stamp, "problem": distributed.gather(stamp["problem"])}
-    return drive(plan, run, stamp, desc=spec.name)
+    with resuming(run, stamp, sharded=getattr(problem, "sharded", False)) as saved:
+        plan = spec.setup(problem, hp, run)
+        plan.info = {
+            **plan.info,
+            "method": spec.name,
+            "seed": run.seed,
+            "device": str(run.device),
+            "dtype": str(run.dtype),
+        }
+        if run.horizon_used:
+            plan.info["horizon"] = run.resolved_horizon
+            if saved is not None and run.resolved_horizon != run.budget.iters:
+                warnings.warn(
+                    f"{spec.name}: the checkpoint's run resolved its budget-dependent parameters with the horizon "
+                    f"{run.resolved_horizon}; this run continues it with that horizon (iters={run.budget.iters} "
+                    f"only extends it). For a run with the horizon {run.budget.iters}, pass another checkpoint "
+                    "path or fc.Checkpoint(path, on_mismatch='restart')",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return drive(plan, run, stamp, desc=spec.name, saved=saved)
 
 
 def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:
@@ -177,7 +218,7 @@ def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:
         "seed": run.seed,
         "dtype": str(run.dtype),
         "world_size": run.world.size,
-        "problem": problem_fingerprint(problem),
+        "problem": problem_fingerprint(problem, run.dtype, run.device),
         "fullcomp": __version__,
     }
 

@@ -150,11 +150,12 @@ def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
 
     Returns
     -------
-    Result with ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
-    F(z_k, x_k), ``model_value`` = the subproblem objective at x_{k+1},
-    ``move`` = ||x_{k+1} - x_k||, and for the dual solver ``inner_gap`` = the
-    subproblem's duality gap at (x_{k+1}, lam_J), which bounds both its
-    suboptimality and (M/2) ||x_{k+1} - argmin||^2), and the trackers ``V`` and ``z``.
+    Result
+        With ``x``, ``history`` rows (``k``, ``time``, ``objective_estimate`` =
+        F(z_k, x_k), ``model_value`` = the subproblem objective at x_{k+1},
+        ``move`` = ||x_{k+1} - x_k||, and for the dual solver ``inner_gap`` = the
+        subproblem's duality gap at (x_{k+1}, lam_J), which bounds both its
+        suboptimality and (M/2) ||x_{k+1} - argmin||^2), and the trackers ``V`` and ``z``.
     """
     return solve(problem, "prox-linear", **options)
 

@@ -18,7 +18,7 @@ from fullcomp.glmo.subgradient import OuterGradient
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle, check_inner_output
 from fullcomp.run import Plan, Result, RunOptions
-from fullcomp.schedules import THEORY, Schedule, resolve
+from fullcomp.schedules import HORIZON_SCHEDULES, THEORY, Schedule, resolve
 from fullcomp.sets.base import Set
 from fullcomp.trackers import polyak, taylor
 from fullcomp.validation import CALLABLE, NONE, Instance, Options, Param
@@ -204,7 +204,9 @@ class TrackedModel:
 
     def __init__(self, problem: CompositeProblem, schedule: Any, run: RunOptions):
         self.problem, self.device, self.dtype, self.generator = problem, run.device, run.dtype, run.generator
-        self.schedule: Schedule = resolve(schedule, iters=run.budget.iters, exact=False)
+        self.schedule: Schedule = resolve(
+            schedule, iters=run.horizon if schedule in HORIZON_SCHEDULES else None, exact=False
+        )
         self.inner = InnerMap(problem, run.device, run.dtype)
 
     def start(self) -> dict:

@@ -119,18 +119,24 @@ def decode_image(path: str | os.PathLike) -> torch.Tensor:
 class CelebA(torch.utils.data.Dataset):
     """CelebA images with one target attribute and one sensitive attribute.
 
-    Parameters
-    ----------
-    root : folder with ``list_attr_celeba.txt`` and ``img_align_celeba/`` (see the module docstring).
-    target : attribute predicted (default ``"Attractive"``; the paper also uses ``"Big_Nose"``
-        and ``"Bags_Under_Eyes"``).
-    sensitive : the binary sensitive attribute (default ``"Male"``).
-    split : ``"train"``, ``"val"``, ``"test"`` or None (all images).
-    transform : optional ``transform(image_tensor) -> tensor`` (resize, normalise ...).
-    split_seed : seed of the random 80/10/10 split used when ``list_eval_partition.txt`` is absent.
-
     ``dataset[i]`` is ``(image, y, a)``: the transformed image, and 0/1 int64 tensors.
     ``labels`` and ``groups`` hold y and a of the whole split as arrays (no decoding).
+
+    Parameters
+    ----------
+    root
+        Folder with ``list_attr_celeba.txt`` and ``img_align_celeba/`` (see the module docstring).
+    target
+        Attribute predicted (default ``"Attractive"``; the paper also uses ``"Big_Nose"``
+        and ``"Bags_Under_Eyes"``).
+    sensitive
+        The binary sensitive attribute (default ``"Male"``).
+    split
+        ``"train"``, ``"val"``, ``"test"`` or None (all images).
+    transform
+        Optional ``transform(image_tensor) -> tensor`` (resize, normalise ...).
+    split_seed
+        Seed of the random 80/10/10 split used when ``list_eval_partition.txt`` is absent.
     """
 
     def __init__(

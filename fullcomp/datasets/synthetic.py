@@ -59,6 +59,8 @@ def synthetic_ratings(
     split_seed:
         Seed of the 80/10/10 rating split; default 20260927, as for MovieLens.
 
+    Notes
+    -----
     The noiseless value at (i, j) is ``3.5 + <u_i, v_j>`` with factors scaled so that ``<u_i, v_j>`` has unit
     variance; ratings are ``clip(round(value + noise * N(0, 1)), 1, 5)``.  Nothing is saved to disk: the split
     is recomputed from ``split_seed``.

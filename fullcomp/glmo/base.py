@@ -86,7 +86,9 @@ def check_finite(z: np.ndarray, V: np.ndarray, y: np.ndarray) -> None:
     """Refuse NaN or Inf in the GLMO's inputs, naming the first input that holds one."""
     # The sum of all three is finite exactly when every entry is (or it overflowed: then the elementwise checks
     # decide): one reduction each, no mask of V's size.
-    if not (math.isfinite(z.sum() + y.sum() + V.sum()) or all(np.isfinite(a).all() for a in (z, V, y))):
+    with np.errstate(over="ignore", invalid="ignore"):  # the sums of non-finite inputs are what is checked
+        total = z.sum() + y.sum() + V.sum()
+    if not (math.isfinite(total) or all(np.isfinite(a).all() for a in (z, V, y))):
         name = next(k for k, a in (("z", z), ("V", V), ("y", y)) if not np.isfinite(a).all())
         raise OptionError(f"GLMO input {name} has NaN or Inf entries")
 

@@ -163,7 +163,7 @@ class CompositeProblem:
         (``batch`` is then ``None``).
     x0 : array or tensor, optional
         Start point in ``domain``; default the origin, or its projection.
-    full_batch : optional
+    full_batch : batch, optional
         A batch for which ``inner`` returns the exact f(x) (the whole data
         set); used by ``hmsfw(..., exact=True)`` and by :meth:`objective`.
     reads : int array, optional

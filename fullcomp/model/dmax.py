@@ -197,10 +197,14 @@ class DMaxProblem:
     psi : callable, optional
         ``psi(x, z, batch)`` or ``psi(x, batch)`` when ``z0`` is None.  None
         for the min-max case (Algorithm 3).
-    x0, y0, z0 : tensor, dict of tensors or ``torch.nn.Module``
-        Start points; a module is called through ``torch.func.functional_call``
-        (``phi`` receives a callable that behaves like the module).  ``y0`` is
-        projected onto ``Y`` (``z0`` onto ``Z``) before the run.
+    x0 : tensor, dict of tensors or torch.nn.Module
+        Start point of x; required.  A module is called through
+        ``torch.func.functional_call`` (``phi`` receives a callable that
+        behaves like the module).
+    y0, z0 : tensor, dict of tensors or torch.nn.Module, optional
+        Start points of y and z, as for ``x0``.  ``y0`` is projected onto
+        ``Y`` (``z0`` onto ``Z``) before the run.  None: no maximization over
+        y (over z); ``z0`` needs ``psi``.
     Y, Z : fullcomp set, optional
         Constraint sets of the maxima (``fc.L2Ball``, ``fc.Box``, ``fc.Simplex``,
         ``fc.ConvexSet`` ...) with the shape of ``y0`` (the flat size for a dict
@@ -211,7 +215,11 @@ class DMaxProblem:
         and psi.  A pair ``(phi_sampler, psi_sampler)`` or ``psi_sampler=``
         gives psi its own batches.  None: deterministic, every call gets
         ``full_batch`` (None when not given).
-    full_batch, psi_full_batch : optional
+    psi_sampler : callable, optional
+        ``psi_sampler(generator) -> batch``: psi's own batches, while
+        ``sampler`` draws phi's (the same as ``sampler=(sampler,
+        psi_sampler)``).  Needs ``psi`` and ``sampler``.
+    full_batch, psi_full_batch : batch, optional
         Batches on which phi (psi) are exact (the whole data set), used by
         :func:`fullcomp.stationarity`, the final history row, and as the
         batch of every iteration when there is no sampler.  ``psi_full_batch``

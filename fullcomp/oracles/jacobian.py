@@ -42,6 +42,11 @@ def check_inner_output(out: Any, n: int, where: str) -> torch.Tensor:
             f"inner(x, batch) returned shape {tuple(out.shape)} {where}, but the placeholder "
             f"fc.inner_value({n}) has shape ({n},); make them agree"
         )
+    if out.device.type == "meta":
+        raise OracleError(
+            f"inner(x, batch) returned a tensor on the meta device {where}, which holds no values; compute it "
+            "from x and the batch, on x's device"
+        )
     if not torch.isfinite(out).all():
         raise OracleError(f"inner(x, batch) returned NaN or Inf {where}")
     return out
@@ -144,6 +149,17 @@ class InnerOracle:
         self._jac = jacrev(both, has_aux=True) if n > ROWS_BY_BACKWARD else None
         self._parallel = distributed.world().parallel  # the job is joined before any run starts
 
+    def _too_large(self, x_flat: torch.Tensor, k: int) -> str:
+        """What to say when the Jacobian does not fit: its size, and the three ways to shrink it."""
+        width = x_flat.numel()
+        size = self.n * width * torch.finfo(self.dtype).bits // 8
+        return (
+            f"the Jacobian of inner(x, batch) at iteration {k} is a {self.n} x {width} array ({size / 2**20:.1f} "
+            f"MiB in {self.dtype}, with the map's own intermediates per output), and memory ran out. Shrink it: "
+            "declare reads= (the entries of x the map reads) or touches= (those one batch touches), draw a "
+            "smaller batch, or run in float32"
+        )
+
     def __call__(self, x_flat: torch.Tensor, batch: Any, k: int) -> tuple[torch.Tensor, Any]:
         self._k = k
         if self.touches is not None:
@@ -161,7 +177,9 @@ class InnerOracle:
                 jac, value = self._jac(x_flat, batch)
         except OracleError:
             raise
-        except (RuntimeError, TypeError, ValueError, AttributeError) as exc:
+        except (RuntimeError, MemoryError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and OUT_OF_MEMORY.search(str(exc))):
+                raise OracleError(self._too_large(x_flat, k)) from exc
             raise OracleError(
                 f"inner(x, batch) failed under torch autodiff at iteration {k}: {exc}. The map must be a torch "
                 "function of x returning a tensor of shape (n,) (no .item(), numpy or in-place ops on x)"
@@ -192,6 +210,10 @@ class InnerOracle:
         if self.columns == "touched":
             return distributed.mean(value)[0], distributed.mean_columns(jac)
         return distributed.mean(value, jac)
+
+
+#: How torch's allocators word running out of memory (CPU, CUDA, MPS).
+OUT_OF_MEMORY = re.compile(r"out of memory|not enough memory|failed to allocate|can't allocate", re.IGNORECASE)
 
 
 #: Up to this many outputs the Jacobian's rows come from plain backward passes: for one or two rows this is

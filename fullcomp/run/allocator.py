@@ -7,8 +7,11 @@ minibatch's rows, then pays a page fault per 4 kB each time the heap was trimmed
 20000 least-squares problem of ``benchmarks/overhead.py``, up to 640 faults per update and 3.4-4.5 ms per
 update, against 2.1-2.3 ms with these settings (docs/performance.md).  :func:`tune` fixes both thresholds
 once per process (blocks up to 32 MB come from the heap, and up to 256 MB of free heap is kept): the price
-is memory kept resident, never more than the process has used.  ``FULLCOMP_MALLOC=system`` leaves the
-allocator as it is.
+is memory kept resident, never more than the process has used.
+
+The setting is the process's, not a run's, so a library call never makes it: the ``fullcomp`` command,
+which owns its process, applies it (``FULLCOMP_MALLOC=system`` opts out there); in Python it is an explicit
+opt-in, ``fc.tune_allocator()``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ _tuned: bool | None = None
 
 
 def tune() -> bool:
-    """Apply the settings once per process; whether they are in force (False off glibc or when opted out)."""
+    """Keep freed memory for reuse in this whole process (glibc only; it cannot be undone).
+
+    Blocks up to 32 MB then come from the heap and up to 256 MB of free heap is kept, which removed
+    nearly every page fault of a loop that takes fresh large temporaries each step.  Returns whether
+    the settings are in force: False off glibc, or when ``FULLCOMP_MALLOC=system`` is set.
+    """
     global _tuned
     if _tuned is None:
         _tuned = _apply()

@@ -6,6 +6,7 @@ import dataclasses
 import io
 import os
 import pickle
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,13 @@ import torch
 
 from fullcomp.errors import CheckpointError, OptionError
 from fullcomp.run.history import History, write_atomic
+from fullcomp.run.lock import Lock
 from fullcomp.run.serial import decode, encode
 
 FORMAT = "fullcomp-checkpoint-1"
 ON_MISMATCH = ("error", "restart")
+#: What every checkpoint's run holds (and "generator", or "generators" in a distributed job).
+RUN_KEYS = ("state", "k", "time", "history", "components")
 
 
 @dataclass
@@ -61,10 +65,40 @@ class Checkpoint:
             return self
         return dataclasses.replace(self, path=self.path.with_name(f"{self.path.name}.rank{rank}"))
 
+    @property
+    def target(self) -> Path:
+        """The file written: the path itself, or where it links to (a link stays a link)."""
+        return Path(os.path.realpath(self.path))
+
+    def lock(self) -> Lock:
+        """The lock a writer holds while it runs, so a second live run on this file is refused."""
+        return Lock(f"{self.target}.lock", f"checkpoint {self.path}")
+
+    def check_writable(self) -> None:
+        """A CheckpointError naming the path when no checkpoint can be written there; run before any update."""
+        target = self.target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+            os.close(fd)
+            os.unlink(probe)
+            if target.exists() and not os.access(target, os.W_OK):
+                raise PermissionError(13, "the file is read-only")
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot write checkpoint {self.path} ({exc.strerror or exc}); pass a path in a writable folder"
+            ) from None
+
     def save(self, fingerprint: dict, run: dict) -> None:
         buf = io.BytesIO()
         torch.save({"format": FORMAT, "fingerprint": fingerprint, "run": encode(run)}, buf)
-        write_atomic(self.path, buf.getvalue())
+        try:
+            write_atomic(self.path, buf.getvalue())
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot write checkpoint {self.path} ({exc.strerror or exc}); the run stopped with every row "
+                "kept in the error's .result; free space or pass a path in a writable folder"
+            ) from exc
 
     def read(self) -> dict:
         """The file's contents as data: {"fingerprint", "run"}; a CheckpointError if it is not a fullcomp checkpoint."""
@@ -83,11 +117,30 @@ class Checkpoint:
             )
         try:
             run = decode(payload["run"])
-            if isinstance(run, dict) and "history" in run:  # kept in chunks (History.saved)
-                run["history"] = History.from_saved(run["history"]).rows
-            return {"fingerprint": payload["fingerprint"], "run": run}
-        except (KeyError, ValueError, TypeError) as exc:
+            fingerprint = payload["fingerprint"]
+        except KeyError as exc:
+            raise CheckpointError(f"{self.path} is a damaged fullcomp checkpoint: it has no {exc}; delete it") from None
+        except (ValueError, TypeError) as exc:
             raise CheckpointError(f"{self.path} is a damaged fullcomp checkpoint ({exc}); delete it") from None
+        if not isinstance(run, dict):
+            raise CheckpointError(f"{self.path} is a damaged fullcomp checkpoint: its run is not a record; delete it")
+        missing = [key for key in RUN_KEYS if key not in run]
+        if "generator" not in run and "generators" not in run:
+            missing.append("generator")
+        if missing:
+            raise CheckpointError(
+                f"{self.path} is a damaged fullcomp checkpoint: its run has no {', '.join(map(repr, missing))}; "
+                "delete it, or pass fc.Checkpoint(path, on_mismatch='restart') to overwrite it"
+            )
+        if isinstance(run["k"], bool) or not isinstance(run["k"], int) or run["k"] < 0:
+            raise CheckpointError(f"{self.path} is a damaged fullcomp checkpoint: 'k' is {run['k']!r}; delete it")
+        try:
+            run["history"] = History.from_saved(run["history"]).rows  # kept in chunks (History.saved)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(
+                f"{self.path} is a damaged fullcomp checkpoint ('history': {exc}); delete it"
+            ) from None
+        return {"fingerprint": fingerprint, "run": run}
 
     def load(self, fingerprint: dict) -> dict | None:
         """The saved run when the file exists and was written by a run with this fingerprint, else None."""
@@ -111,14 +164,18 @@ class Checkpoint:
         )
 
 
-def differences(saved: dict, current: dict) -> list[str]:
-    """What differs between two fingerprints, one phrase per key."""
-    out = []
-    for key in sorted(set(saved) | set(current)):
-        a, b = saved.get(key), current.get(key)
-        if a != b:
-            out.append(f"{key} was {_short(a)}, now {_short(b)}")
-    return out
+def differences(saved: Any, current: Any, where: str = "") -> list[str]:
+    """What differs between two fingerprints, one phrase per differing leaf, named by its dotted key."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        out = []
+        for key in sorted(set(saved) | set(current), key=str):
+            out += differences(saved.get(key), current.get(key), f"{where}.{key}" if where else str(key))
+        return out
+    if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
+        return [line for i, (a, b) in enumerate(zip(saved, current)) for line in differences(a, b, f"{where}[{i}]")]
+    if saved == current:
+        return []
+    return [f"{where} was {_short(saved)}, now {_short(current)}"]
 
 
 def _short(value: Any) -> str:

@@ -11,8 +11,9 @@ must copy what it needs.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +22,8 @@ from tqdm.auto import tqdm
 
 from fullcomp import distributed
 from fullcomp.errors import CallbackError, CheckpointError
-from fullcomp.run import allocator
 from fullcomp.run.budget import Stopwatch
+from fullcomp.run.checkpoint import Checkpoint
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
@@ -70,34 +71,70 @@ class Plan:
     sharded: bool = False
 
 
-def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fullcomp") -> Result:
+def own_checkpoint(run: RunOptions, sharded: bool) -> Checkpoint | None:
+    """The checkpoint file this rank reads and writes: its own when each rank's state is its own share."""
+    if run.checkpoint is None:
+        return None
+    return run.checkpoint.for_rank(run.world.rank) if sharded and run.world.parallel else run.checkpoint
+
+
+@contextlib.contextmanager
+def resuming(run: RunOptions, fingerprint: dict | None, sharded: bool) -> Iterator[dict | None]:
+    """Hold the run's checkpoint for the whole run and yield what it saved (None: a fresh start).
+
+    Before any work: the file must be writable, and no other live run may hold it.  A resumed run
+    takes back the horizon its budget-dependent parameters were resolved with (``run.horizon``).
+    """
+    ckpt, here = own_checkpoint(run, sharded), run.world
+    if ckpt is None:
+        yield None
+        return
+    writer = here.writes or (sharded and here.parallel)
+    with ckpt.lock() if writer else contextlib.nullcontext():
+        if writer:
+            ckpt.check_writable()
+        saved = ckpt.load(fingerprint)
+        if sharded and here.parallel:
+            found = distributed.gather(None if saved is None else saved["k"])
+            if len(set(found)) > 1:
+                raise CheckpointError(
+                    f"the ranks' checkpoint files hold iterations {found} (None: no file); a sharded run resumes "
+                    f"only when every rank's file is from the same save: delete {run.checkpoint.path} and its "
+                    ".rank files"
+                )
+        if saved is not None and "horizon" in saved:
+            run.resume_horizon(saved["horizon"])
+        yield saved
+
+
+def drive(
+    plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fullcomp", saved: dict | None = None
+) -> Result:
     """Run ``plan.step`` until the budget is spent (or the callback, convergence or an error stops it).
 
-    ``fingerprint`` identifies the run in its checkpoint (needed only when ``run.checkpoint`` is set).
+    ``fingerprint`` identifies the run in its checkpoint (needed only when ``run.checkpoint`` is set);
+    ``saved`` is what :func:`resuming` read from it.
     """
-    allocator.tune()
     info = dict(plan.info)
     history = History()
     watch = Stopwatch()
     state, k = plan.state, 0
-    generator, ckpt, here = run.generator, run.checkpoint, run.world
+    generator, here = run.generator, run.world
     own_file = plan.sharded and here.parallel
-    if own_file and ckpt is not None:
-        ckpt = ckpt.for_rank(here.rank)
-    saved = ckpt.load(fingerprint) if ckpt is not None else None
-    if own_file and ckpt is not None:
-        found = distributed.gather(None if saved is None else saved["k"])
-        if len(set(found)) > 1:
-            raise CheckpointError(
-                f"the ranks' checkpoint files hold iterations {found} (None: no file); a sharded run resumes only "
-                f"when every rank's file is from the same save: delete {run.checkpoint.path} and its .rank files"
-            )
+    ckpt = own_checkpoint(run, plan.sharded)
     if saved is not None:
+        check_saved_state(saved, plan, ckpt)
         state, k, watch.elapsed = saved["state"], saved["k"], saved["time"]
         history = History(r for r in saved["history"] if r["k"] < k)
-        generator.set_state(saved["generators"][here.rank] if here.parallel else saved["generator"])
-        for name, obj in plan.components.items():
-            obj.load_state_dict(saved["components"][name])
+        try:
+            generator.set_state(saved["generators"][here.rank] if here.parallel else saved["generator"])
+            for name, obj in plan.components.items():
+                obj.load_state_dict(saved["components"][name])
+        except (KeyError, IndexError, RuntimeError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"checkpoint {ckpt.path} is damaged ({type(exc).__name__}: {exc}); delete it, or pass "
+                "fc.Checkpoint(path, on_mismatch='restart') to overwrite it"
+            ) from None
         info["resumed_from"] = k
 
     def snapshot() -> dict:
@@ -118,6 +155,7 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
             "time": watch.elapsed,
             "history": history.saved(),
             "components": committed["components"],
+            "horizon": run.resolved_horizon,
         }
         if here.parallel:
             run_state["generators"] = distributed.gather(committed["generator"])
@@ -125,6 +163,13 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
             run_state["generator"] = committed["generator"]
         if here.writes or own_file:
             ckpt.save(fingerprint, run_state)
+
+    def save_quietly() -> None:
+        """``save`` while another error is on its way out: that error is the one the caller must see."""
+        try:
+            save()
+        except CheckpointError:
+            pass
 
     def over_time(elapsed: float) -> bool:
         """The budget decision, the same on every rank (the slowest rank's time decides)."""
@@ -149,7 +194,20 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
             if extra is False:
                 stop = True
             elif isinstance(extra, dict):
+                forged = [key for key in extra if key in row]
+                if forged:
+                    history.append(row)
+                    raise CallbackError(
+                        f"the callback returned column {forged[0]!r} at iteration {at}, which the run records "
+                        f"itself ({', '.join(row)}); return your metrics under other names"
+                    )
                 row.update(extra)
+            elif extra is not None and extra is not True:
+                history.append(row)
+                raise CallbackError(
+                    f"the callback returned a {type(extra).__name__} at iteration {at}; return a dict of metrics, "
+                    "None to go on, or False to stop"
+                )
         history.append(row)
         return stop
 
@@ -220,12 +278,13 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
         if not closed:
             closed = True
             closing_row()
+        save()
     except Exception as exc:
         # Every finite row so far is kept, with the last complete state's own row when it can be computed.
         if pending is not None:
             commit()
             if not here.parallel:  # a collective now could wait on a rank that failed elsewhere
-                save()
+                save_quietly()
         elif not closed and not isinstance(exc, CallbackError):
             try:
                 closing_row()
@@ -242,10 +301,25 @@ def drive(plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fu
         if pending is not None:
             commit()
             if not here.parallel:
-                save()
+                save_quietly()
         raise
     finally:
         bar.close()
         blas.restore_original_limits()
-    save()
     return result(status)
+
+
+def check_saved_state(saved: dict, plan: Plan, ckpt: Checkpoint | None) -> None:
+    """A CheckpointError naming what a saved run lacks that this method's state and components have."""
+    missing = []
+    if isinstance(plan.state, dict) and isinstance(saved["state"], dict):
+        missing += [f"state field {key!r}" for key in plan.state if key not in saved["state"]]
+    elif type(plan.state) is not type(saved["state"]):
+        missing.append(f"a state of type {type(plan.state).__name__}")
+    components = saved["components"] if isinstance(saved["components"], dict) else {}
+    missing += [f"component {name!r}" for name in plan.components if name not in components]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {ckpt.path if ckpt else ''} is damaged: it has no {', '.join(missing)}; delete it, or pass "
+            "fc.Checkpoint(path, on_mismatch='restart') to overwrite it"
+        )

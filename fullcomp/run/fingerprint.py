@@ -1,10 +1,14 @@
-"""A fingerprint of a run's problem: shapes, dtype, outer function and a hash of the data the callables close over.
+"""A fingerprint of a run's problem: its structure, its data, and what its callables do.
 
 A checkpoint stores it so that a resume with another problem is caught.  The
-data hash covers the tensors and arrays reachable from the problem's batches,
-start point and what its callables read (the places dtype inference looks:
-:mod:`fullcomp.model.captured`); data read from elsewhere at call time cannot
-be seen and is not covered.
+structure is the shapes, the outer expression, every CVXPY parameter's value and
+every set's defining numbers; the data hash covers the tensors and arrays
+reachable from the problem's batches, start point and what its callables read
+(the places dtype inference looks: :mod:`fullcomp.model.captured`).  A closure can
+hide a number that no walk finds (``lambda x, b: A @ x - t``), so the problem's
+behaviour is fingerprinted too: the maps' values and gradients at the start point,
+in the run's dtype and device, on a probe batch the sampler draws from a generator
+of its own.  The same script gives the same bits, so a resume is still accepted.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import numpy as np
 import torch
 
 from fullcomp.model.captured import captured, collect
+
+#: The probe batch's seed: fixed, and apart from any run's (a run's generator is never touched).
+PROBE_SEED = 0x5EED
 
 
 def data_hash(*objects: Any) -> str:
@@ -36,26 +43,112 @@ def data_hash(*objects: Any) -> str:
     return h.hexdigest()
 
 
-def problem_fingerprint(problem: Any) -> dict:
-    """Kind, shapes, dtype, outer expression and data hash of a CompositeProblem or DMaxProblem."""
+def set_numbers(domain: Any) -> str | None:
+    """The kind and defining numbers of a set (radius, bounds, shape, ...) as a short text, or None."""
+    if domain is None:
+        return None
+    h = hashlib.blake2b(digest_size=8)
+    for name, value in sorted(vars(domain).items()):
+        if name.startswith("_"):  # caches and work arrays, not the set
+            continue
+        if isinstance(value, (bool, int, float, str, tuple)) or value is None:
+            h.update(f"{name}={value!r};".encode())
+        elif isinstance(value, (np.ndarray, torch.Tensor)):
+            h.update(name.encode() + data_hash(value).encode())
+        elif hasattr(value, "parameters") and hasattr(value, "is_dcp"):  # a CVXPY expression or constraint
+            h.update(f"{name}={value}{parameter_values([value])};".encode())
+        elif isinstance(value, list):
+            text = "".join(str(v) for v in value)
+            h.update(f"{name}={text}{parameter_values(value)};".encode())
+    return f"{type(domain).__name__}:{h.hexdigest()}"
+
+
+def parameter_values(expressions: list[Any]) -> dict[str, list]:
+    """Every CVXPY parameter's value in ``expressions``, by name (the expression's text does not show them)."""
+    found: dict[str, list] = {}
+    for expr in expressions:
+        for p in getattr(expr, "parameters", lambda: [])():
+            found[f"{p.name()}#{p.id}"] = None if p.value is None else np.asarray(p.value, dtype=float).tolist()
+    return dict(sorted(found.items(), key=lambda item: int(item[0].rsplit("#", 1)[1])))
+
+
+def _values_hash(*tensors: torch.Tensor | None) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    for t in tensors:
+        if t is not None:
+            h.update(np.ascontiguousarray(t.detach().cpu().double().numpy()).tobytes())
+    return h.hexdigest()
+
+
+def _value_and_gradient(fn: Any, point: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fn(point) and the gradient of a fixed weighting of its outputs (one backward pass, no compiler)."""
+    x = point.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = fn(x)
+        weights = torch.linspace(1.0, 2.0, out.numel(), dtype=out.dtype, device=out.device).reshape(out.shape)
+        try:
+            (grad,) = torch.autograd.grad((out * weights).sum(), x, allow_unused=True)
+        except RuntimeError:  # a map without a gradient there: its values still say what it does
+            grad = None
+    return out.detach(), grad
+
+
+def behaviour(problem: Any, dtype: torch.dtype, device: torch.device) -> str:
+    """A hash of what the problem's callables return at its start point on a probe batch (and of the batch)."""
     from fullcomp.model.composite import CompositeProblem
 
+    generator = torch.Generator(device=device).manual_seed(PROBE_SEED)
+    if isinstance(problem, CompositeProblem):
+        batch = problem.sample(generator)
+        point = problem.x0 if problem.reads is None else problem.x0_at(problem.reads)
+        start = torch.as_tensor(point, dtype=dtype, device=device)
+        value, grad = _value_and_gradient(lambda v: problem.inner(v, batch), start)
+        return _values_hash(value, grad) + data_hash(batch)
+    from fullcomp.model.dmax import to_run
+
+    batch, psi_batch = problem.sample(generator)
+    batch, psi_batch = to_run(batch, dtype, device), to_run(psi_batch, dtype, device)
+    x = problem.x.flat(dtype, device)
+    duals = {name: (getattr(problem, name).flat(dtype, device) if getattr(problem, name) else None) for name in "yz"}
+    parts = []
+    for fn, dual, data in ((problem.phi_value, "y", batch), (problem.psi_value, "z", psi_batch)):
+        if fn == problem.psi_value and problem.psi is None:
+            continue
+        block = getattr(problem, dual)
+        other = None if duals[dual] is None else block.view(duals[dual])
+        parts += _value_and_gradient(lambda v, fn=fn, other=other, data=data: fn(problem.x.view(v), other, data), x)
+    return _values_hash(*parts) + data_hash(batch, psi_batch)
+
+
+def problem_fingerprint(problem: Any, dtype: torch.dtype | None = None, device: Any = "cpu") -> dict:
+    """Kind, shapes, outer expression and its parameters, sets, data hash and behaviour of a problem.
+
+    ``dtype`` and ``device`` are the run's: the behaviour is probed as the run would call the maps
+    (None leaves the behaviour out).
+    """
+    from fullcomp.model.composite import CompositeProblem
+
+    probe = {} if dtype is None else {"behaviour": behaviour(problem, dtype, torch.device(device))}
     if isinstance(problem, CompositeProblem):
         return {
             "kind": "CompositeProblem",
             "shape": list(problem.domain.shape),
-            "domain": type(problem.domain).__name__ + repr(getattr(problem.domain, "radius", "")),
+            "domain": set_numbers(problem.domain),
             "n": problem.n,
             "outer": str(problem.outer.expr),
+            "parameters": parameter_values([problem.outer.expr]),
             "reads": None if problem.reads is None else int(len(problem.reads)),
             "sharded": problem.sharded,
             "data": data_hash(*problem.maps, problem.sampler, problem.full_batch, problem._x0, problem.reads),
+            **probe,
         }
     blocks = {name: getattr(problem, name) for name in ("x", "y", "z")}
     return {
         "kind": type(problem).__name__,
         "shapes": {k: None if p is None else [list(s) for s in p.shapes] for k, p in blocks.items()},
+        "domain": {"Y": set_numbers(problem.Y), "Z": set_numbers(problem.Z)},
         "data": data_hash(
             problem.phi, problem.psi, problem.sampler, problem.full_batch, *(p.initial for p in blocks.values() if p)
         ),
+        **probe,
     }

@@ -15,13 +15,32 @@ import numpy as np
 import torch
 
 
+def umask() -> int:
+    """The process's file-creation mask, read without changing it where Linux shows it."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write to a temporary file in the same folder, then rename: a crash never leaves half a file."""
-    path = Path(path)
+    """Write to a temporary file in the target's folder, then rename: a crash never leaves half a file.
+
+    A symbolic link is written through to its target (the link stays).  The file gets the mode any
+    new file gets, ``0o666`` less the umask, as numpy's and matplotlib's files do.
+    """
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, mode) as fh:
             fh.write(data)
             fh.flush()

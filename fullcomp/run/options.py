@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -19,14 +19,15 @@ from fullcomp.run.checkpoint import Checkpoint
 SHARED = {
     "iters": "budget in iterations (a positive int)",
     "seconds": "budget in optimizer seconds, evaluation and logging excluded (a positive number)",
-    "seed": "an int of any integer type seeding the run's torch.Generator, a torch.Generator used as it is, "
-    "or None for a fresh random seed (recorded in result.info['seed']); default 0",
+    "seed": "an int from 0 to 2**64 - 1 of any integer type seeding the run's torch.Generator, a torch.Generator "
+    "used as it is, or None for a fresh random seed (recorded in result.info['seed']); default 0",
     "device": "torch device of the iterates and oracles, e.g. 'cpu' or 'cuda:0'; default None: where the "
     "problem's data are (the CPU unless its tensors live on a GPU)",
     "dtype": "floating torch dtype of the run; default None: the problem's dtype, inferred from x0 and its data",
     "x0": "start point for this run instead of the problem's (same shape or container as the problem's x0)",
     "callback": "callback(iterate) -> dict | None | False every eval_every iterations and at the end, outside "
-    "optimizer time; a dict is merged into the history row, False stops the run",
+    "optimizer time; a dict adds its columns to the history row (a column the run records itself is refused), "
+    "False stops the run",
     "eval_every": "iterations between callback calls and evaluations of the true objective (default: every "
     "iteration for the callback; the objective at the first and last rows only)",
     "progress": "show a tqdm progress bar with the live estimate (default True)",
@@ -50,6 +51,28 @@ class RunOptions:
     progress: bool
     checkpoint: Checkpoint | None
     world: distributed.World = distributed.World()
+    #: The horizon K that budget-dependent defaults are resolved with (see :attr:`horizon`).
+    resolved_horizon: int | None = None
+    #: Whether the method read :attr:`horizon`, so that its trajectory depends on it.
+    horizon_used: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.resolved_horizon is None:
+            self.resolved_horizon = self.budget.iters
+
+    @property
+    def horizon(self) -> int | None:
+        """The horizon K of the parameters that depend on the budget (a theorem's schedule, LiNASA's tau).
+
+        The budget's iterations, except in a resumed run: there, the horizon the checkpointed run was
+        resolved with, so that a longer budget continues that run instead of starting another one.
+        """
+        self.horizon_used = True
+        return self.resolved_horizon
+
+    def resume_horizon(self, horizon: int | None) -> None:
+        """Take back the horizon of the run a checkpoint resumes."""
+        self.resolved_horizon = horizon
 
     @classmethod
     def resolve(cls, problem: Any, method: str, options: dict) -> RunOptions:
@@ -65,7 +88,14 @@ class RunOptions:
             dtype = problem.dtype
         elif not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise OptionError(f"{method}: dtype must be a floating torch dtype such as torch.float64, got {dtype!r}")
-        else:
+        if dtype not in RUN_DTYPES:
+            source = "the problem's data are" if options.get("dtype") is None else "dtype is"
+            raise OptionError(
+                f"{method}: {source} {dtype}; runs are in torch.float32 or torch.float64, since the trackers' "
+                "differences of successive values lose every digit in half precision: pass dtype=torch.float32 "
+                "(and build the data in float32)"
+            )
+        if options.get("dtype") is not None:
             problem.check_run_dtype(dtype)
         callback = options.get("callback")
         if callback is not None and not callable(callback):
@@ -93,12 +123,24 @@ class RunOptions:
         )
 
 
+#: The dtypes a run computes in.
+RUN_DTYPES = (torch.float32, torch.float64)
+
+#: The largest seed torch.Generator.manual_seed takes (64 bits).
+MAX_SEED = 2**64 - 1
+
+
 def check_device(value: Any, method: str) -> torch.device:
     """A torch device that exists on this machine, or an OptionError that says which ones do."""
     try:
         device = torch.device(value)
     except (RuntimeError, TypeError, ValueError):
         raise OptionError(f"{method}: device must be a torch device such as 'cpu' or 'cuda:0', got {value!r}") from None
+    if device.type == "meta":
+        raise OptionError(
+            f"{method}: device {value!r} holds shapes but no values, so nothing can be computed there; "
+            "pass device='cpu' or 'cuda'"
+        )
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise OptionError(f"{method}: device {value!r}: CUDA is not available on this machine; pass device='cpu'")
@@ -133,8 +175,9 @@ def check_seed(
         return int(value.initial_seed()), value
     if value is None:
         value = int(distributed.agree(secrets.randbits(52), "max")) if here.parallel else secrets.randbits(62)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_SEED:
         raise OptionError(
-            f"{method}: seed must be a non-negative int (numpy integers too), a torch.Generator or None, got {value!r}"
+            f"{method}: seed must be an int from 0 to 2**64 - 1 (numpy integers too), a torch.Generator or None, "
+            f"got {value!r}"
         )
     return int(value), torch.Generator(device=device).manual_seed(distributed.rank_seed(int(value), here.rank))

@@ -86,13 +86,20 @@ class Result:
             ) from None
         info = {k: v for k, v in summary.items() if k not in ("final", "status")}
         x, extras = None, {}
-        if (folder / "x.npy").exists():
-            x = torch.from_numpy(np.load(folder / "x.npy", allow_pickle=False))
-        elif (folder / "x.npz").exists():
-            with np.load(folder / "x.npz", allow_pickle=False) as arrays:
-                x = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
-        elif (folder / "x_entries.npy").exists():
-            extras["x_entries"] = torch.from_numpy(np.load(folder / "x_entries.npy", allow_pickle=False))
+        try:
+            if (folder / "x.npy").exists():
+                x = torch.from_numpy(np.load(folder / "x.npy", allow_pickle=False))
+            elif (folder / "x.npz").exists():
+                with np.load(folder / "x.npz", allow_pickle=False) as arrays:
+                    x = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
+            elif (folder / "x_entries.npy").exists():
+                extras["x_entries"] = torch.from_numpy(np.load(folder / "x_entries.npy", allow_pickle=False))
+        except (OSError, ValueError, TypeError, EOFError) as exc:
+            name = next(n for n in ("x.npy", "x.npz", "x_entries.npy") if (folder / n).exists())
+            raise DataError(
+                f"{folder / name} is not an array file fullcomp can read without running code ({exc}); "
+                "write it with Result.save, or remove it"
+            ) from None
         return cls(x, history, info, **extras)
 
     def __repr__(self) -> str:

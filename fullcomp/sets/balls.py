@@ -120,8 +120,9 @@ class L2Ball(Set):
 
     @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
-        norm = np.linalg.norm(d)
-        return np.zeros_like(d) if norm == 0 else -self.radius * d / norm
+        with np.errstate(over="ignore", invalid="ignore"):  # a non-finite d is refused by its callers' checks
+            norm = np.linalg.norm(d)
+            return np.zeros_like(d) if norm == 0 else -self.radius * d / norm
 
     @numeric
     def project(self, p: np.ndarray) -> np.ndarray:

@@ -147,27 +147,51 @@ def bench_movielens(
 
     Parameters
     ----------
-    data_dir : MovieLens folder (100K or 1M layout) or None for synthetic data (``synthetic``).
-    objective : "max", "cvar", "both" or a list of them.
-    budget_seconds : optimizer-time budget per run (Appendix A.2: 120 for 100K, 1200 for 1M).
-    seeds : stochastic seeds (the paper's final seeds 2000-2004), or a string such as "2000-2004".
-    methods : names from :data:`METHODS` (default all nine), a list or a comma-separated string.
-    out_dir : runs go to ``out_dir/<objective>/<method>/seed<k>/`` (history.csv, summary.json, x.npy).
-    radius_scale : multiple of ``base_radius(data)``; default the configuration's validated scale.
-    eval_every : updates between evaluations (the final state is always evaluated).
-    config : frozen settings (path, dict or :class:`ProtocolConfig`; default the committed
+    data_dir
+        MovieLens folder (100K or 1M layout) or None for synthetic data (``synthetic``).
+    objective
+        "max", "cvar", "both" or a list of them.
+    budget_seconds
+        Optimizer-time budget per run (Appendix A.2: 120 for 100K, 1200 for 1M).
+    seeds
+        Stochastic seeds (the paper's final seeds 2000-2004), or a string such as "2000-2004".
+    methods
+        Names from :data:`METHODS` (default all nine), a list or a comma-separated string.
+    out_dir
+        Runs go to ``out_dir/<objective>/<method>/seed<k>/`` (history.csv, summary.json, x.npy).
+    radius_scale
+        Multiple of ``base_radius(data)``; default the configuration's validated scale.
+    eval_every
+        Updates between evaluations (the final state is always evaluated).
+    config
+        Frozen settings (path, dict or :class:`ProtocolConfig`; default the committed
         ``configs/movielens.json``).
-    iters : optional cap on updates (tests, smoke runs); the time budget still applies.
-    batch : sampled training ratings per group and update (1,024 in the paper).
-    synthetic : ``synthetic_ratings`` options when ``data_dir`` is None (default: MovieLens-100K's size).
-    cache : where the MovieLens split is saved (see :func:`fullcomp.datasets.movielens`).
-    save_x : write the dense final iterate x.npy (P Q floats per run: 13 MB for 100K, 180 MB for 1M).
-    clock : "cpu" (default: optimizer seconds are the single-threaded run's CPU seconds, unaffected by
+    iters
+        Optional cap on updates (tests, smoke runs); the time budget still applies.
+    batch
+        Sampled training ratings per group and update (1,024 in the paper).
+    synthetic
+        ``synthetic_ratings`` options when ``data_dir`` is None (default: MovieLens-100K's size).
+    cache
+        Where the MovieLens split is saved (see :func:`fullcomp.datasets.movielens`).
+    save_x
+        Write the dense final iterate x.npy (P Q floats per run: 13 MB for 100K, 180 MB for 1M).
+    clock
+        "cpu" (default: optimizer seconds are the single-threaded run's CPU seconds, unaffected by
         other work on the machine) or "wall" (elapsed seconds, as the paper measured on a dedicated GPU).
-    resume : keep run folders already finished with the same options instead of running them again.
-    progress, log : tqdm bars per run; ``log(line)`` receives one line per finished run.
+    resume
+        Keep run folders already finished with the same options instead of running them again.
+    progress, log
+        ``progress`` shows tqdm bars per run; ``log(line)`` receives one line per finished run.
 
-    Returns the run folders, in run order.  The data is loaded once; the problem is
+    Returns
+    -------
+    list[Path]
+        The run folders, in run order.
+
+    Notes
+    -----
+    The data is loaded once; the problem is
     declared once per (objective, method), structured (Jacobians on the training
     entries) for every method, and every run starts from zero.
     """

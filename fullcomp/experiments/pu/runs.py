@@ -145,17 +145,26 @@ def bench_pu(
 
     Parameters
     ----------
-    data_dir : the data set's folder or file (None: scikit-learn's digits).
-    dataset : a key of :data:`DATASETS` (default None: detected from the files).
-    seeds : trial seeds (default 0-3, the paper's 4 trials), a list or a string like "0-3".
-    methods : names from :data:`METHODS` (default all six), a list or a comma-separated string.
-    config : frozen settings (default the committed ``configs/pu.json``); a data set it was not
+    data_dir
+        The data set's folder or file (None: scikit-learn's digits).
+    dataset
+        A key of :data:`DATASETS` (default None: detected from the files).
+    seeds
+        Trial seeds (default 0-3, the paper's 4 trials), a list or a string like "0-3".
+    methods
+        Names from :data:`METHODS` (default all six), a list or a comma-separated string.
+    config
+        Frozen settings (default the committed ``configs/pu.json``); a data set it was not
         tuned on gets the MNIST-5k settings.
-    workload : epochs (default 40 passes over S_u), an optional cap on iterations per run, 64 points
+    workload
+        Epochs (default 40 passes over S_u), an optional cap on iterations per run, 64 points
         of S_+ and of S_u per draw, pi_p = 0.5 and lambda = 0.01.
 
-    Returns the run folders in run order.  Every run folder holds history.csv (one row per epoch),
-    summary.json and x.npy (the output w).
+    Returns
+    -------
+    list[Path]
+        The run folders in run order.  Every run folder holds history.csv (one row per epoch),
+        summary.json and x.npy (the output w).
     """
     key, data = load_pu(dataset, data_dir)
     names, seed_list, cfg = method_names(methods), check_seeds(seeds), load_config(config)
