@@ -16,7 +16,20 @@ from fullcomp.algorithms.prox_linear import prox_linear
 from fullcomp.algorithms.psg import psg
 from fullcomp.algorithms.smag import SMAGStepper, smag
 from fullcomp.glmo import GLMOResult, build_glmo
-from fullcomp.model import CompositeProblem, chi2_dro, cvar, inner_value
+from fullcomp.model import (
+    CompositeProblem,
+    chi2_dro,
+    cvar,
+    entropic_risk,
+    group_dro,
+    inner_value,
+    kl_dro,
+    risk_weights,
+    smooth_max,
+    top_k_mean,
+    tpauc_cvar,
+    tpauc_kl,
+)
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.run import Checkpoint, History, Result
 from fullcomp.run.allocator import tune as tune_allocator
@@ -56,4 +69,6 @@ __all__ = [
 ]
 __all__ += ["psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method"]
 __all__ += ["noise", "metrics", "distributed", "tune_allocator"]
+__all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
+__all__ += ["risk_weights"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]

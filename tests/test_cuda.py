@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from contract_cases import composite, minimax, run
+from contract_cases import composite, run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -17,15 +17,58 @@ def test_the_deterministic_method_on_cuda_matches_the_cpu_run():
     assert torch.allclose(gpu.x.cpu(), cpu.x, rtol=0, atol=1e-8)
 
 
-def test_stochastic_composite_methods_on_cuda():
-    for method in ("hmsfw", "psg"):
-        gpu = run(method, iters=10, seed=4, problem=composite(device="cuda"))
-        assert gpu.status == "iterations" and gpu.x.is_cuda
+def replayed(device: str):
+    """The contract's composite problem with batches that do not depend on the generator's device: drawn on the
+    CPU from a counter, then moved, so a CUDA run sees the CPU run's batches."""
+    import cvxpy as cp
+
+    import fullcomp as fc
+
+    A = torch.randn(4, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(device)
+    step = [0]
+
+    def sampler(gen):
+        step[0] += 1
+        return (0.05 * torch.randn(4, generator=torch.Generator().manual_seed(step[0]), dtype=torch.float64)).to(device)
+
+    def inner(x, noise):
+        return torch.nn.functional.softplus(A @ x - 0.5) + noise
+
+    full = torch.zeros(4, dtype=torch.float64, device=device)
+    return fc.CompositeProblem(cp.max(fc.inner_value(4)), inner, fc.L1Ball(10, 2.0), sampler=sampler, full_batch=full)
 
 
-def test_dmax_methods_on_cuda():
-    result = run("smag", iters=10, seed=4, device="cuda", problem=minimax())  # batches and x0 move to the run
-    assert result.info["device"].startswith("cuda") and result.status == "iterations"
+@pytest.mark.parametrize("method", ["hmsfw", "psg", "scfw"])
+def test_stochastic_composite_methods_on_cuda_match_the_cpu_run(method):
+    cpu = run(method, iters=10, seed=4, problem=replayed("cpu"))
+    gpu = run(method, iters=10, seed=4, problem=replayed("cuda"))
+    assert gpu.info["device"].startswith("cuda") and gpu.x.is_cuda
+    assert torch.allclose(gpu.x.cpu(), cpu.x, rtol=0, atol=1e-8)
+    for a, b in zip(gpu.history, cpu.history):
+        assert a["objective_estimate"] == pytest.approx(b["objective_estimate"], rel=1e-8, abs=1e-10)
+
+
+def test_dmax_methods_on_cuda_match_the_cpu_run():
+    def problem():
+        step = [0]
+
+        def sampler(gen):  # the same batches on both devices; the run moves them to its device
+            step[0] += 1
+            return 1.0 + 0.1 * torch.randn(3, generator=torch.Generator().manual_seed(step[0]), dtype=torch.float64)
+
+        def phi(x, y, b):
+            return ((x["w"] - b) ** 2).sum() + (x["s"] ** 2).sum() + y @ x["w"] - 0.5 * (y @ y)
+
+        import fullcomp as fc
+
+        x0 = {"w": torch.zeros(3, dtype=torch.float64), "s": torch.ones(2, dtype=torch.float64)}
+        return fc.DMaxProblem(phi, x0=x0, y0=torch.zeros(3, dtype=torch.float64), Y=fc.L2Ball(3, 5.0), sampler=sampler)
+
+    cpu = run("smag", iters=10, seed=4, problem=problem())
+    gpu = run("smag", iters=10, seed=4, device="cuda", problem=problem())  # batches and x0 move to the run
+    assert gpu.info["device"].startswith("cuda") and gpu.status == "iterations"
+    for key in ("w", "s"):
+        assert torch.allclose(gpu.x[key].cpu(), cpu.x[key], rtol=0, atol=1e-8)
 
 
 def test_a_map_on_the_touched_entries_runs_on_cuda():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import importlib
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -474,13 +473,11 @@ def test_synthetic_options():
             ds.synthetic_ratings(**kwargs)
 
 
-def test_synthetic_medium_scale_is_fast():
-    t = time.perf_counter()
+def test_synthetic_medium_scale():
+    # Its speed is benchmarks/scale_completion.py's to measure: tests never time a shared machine.
     data = ds.synthetic_ratings((6040, 3706), 1_000_000, seed=0)
-    elapsed = time.perf_counter() - t
     assert data.n_ratings == 1_000_000 and len(data.train) == 800_000
     assert np.unique(data.flat_index("train")).size == 800_000
-    assert elapsed < 15.0, f"generating 1e6 ratings took {elapsed:.1f} s"
 
 
 # ---- real data (read from shared/data; skipped when absent) ---------------------------------------------

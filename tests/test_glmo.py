@@ -141,7 +141,11 @@ def check_answer(res, X, kind, p, c, V, ref, route):
     assert X.contains(x, tol=1e-6), f"{route}: x is not in X"
     assert res.value == pytest.approx(F_numeric(kind, p, c + V @ x.reshape(-1)), rel=1e-7, abs=1e-8)
     assert abs(res.value - ref) <= 1e-5 * max(abs(ref), 0.1), f"{route}: value {res.value} vs optimum {ref}"
-    assert res.gap_bound >= 0
+    # A converged answer certifies the default target, and its bound is never below the true gap.
+    from fullcomp.glmo.base import DEFAULT_REL_TOL
+
+    assert res.converged, f"{route}: not converged"
+    assert 0 <= res.gap_bound <= DEFAULT_REL_TOL * max(1.0, abs(res.value)) * (1 + 1e-9), f"{route}: bound above tol"
     assert res.value - ref <= res.gap_bound + 1e-7 * (1 + abs(ref)), f"{route}: gap_bound below the true gap"
 
 

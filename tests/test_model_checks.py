@@ -393,10 +393,11 @@ def test_maps_only_defined_near_the_start_and_random_maps_are_not_flagged():
     # log is defined on the open simplex only: perturbing a vertex start leaves it (non-finite values are skipped)
     x0 = np.zeros(20)
     x0[0] = 1.0
-    simplex_problem(lambda x, b: torch.log(A64.abs() @ x + 1e-3), x0=x0)
-    simplex_problem(lambda x, b: torch.sqrt(x[:5]), x0=x0)
+    for inner in (lambda x, b: torch.log(A64.abs() @ x + 1e-3), lambda x, b: torch.sqrt(x[:5])):
+        problem = simplex_problem(inner, x0=x0)
+        assert problem.n == 5 and np.isfinite(problem.objective(x0))
     # a map with its own randomness cannot be checked by differences; it is not flagged
-    simplex_problem(lambda x, b: A64 @ x + torch.randn(5, dtype=F64))
+    assert simplex_problem(lambda x, b: A64 @ x + torch.randn(5, dtype=F64)).n == 5
 
 
 def test_the_check_is_deterministic_and_leaves_the_global_generator_alone():

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from sklearn.metrics import roc_auc_score
+from sklearn.metrics import average_precision_score, roc_auc_score
 
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.cli import main
@@ -17,6 +17,7 @@ from fullcomp.datasets.tabular import Split, TabularData, adult, german_credit
 from fullcomp.errors import DataError, ModelError, OptionError
 from fullcomp.experiments import pauc
 from fullcomp.metrics import (
+    average_precision,
     demographic_parity_difference,
     equal_opportunity_difference,
     equalized_odds_difference,
@@ -95,10 +96,69 @@ def test_fairness_gaps_by_hand():
     report = fairness_report(y, np.where(p == 1, 0.7, 0.2), a, threshold=0.5)
     assert report["dp"] == pytest.approx(0.4) and report["eod"] == pytest.approx(0.5)
     assert report["positive_rate"] == pytest.approx(0.4)
-    # a group without positives: the TPR gap is undefined
-    assert math.isnan(equal_opportunity_difference([0, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 0]))
+    # a group without positives counts as TPR 0 (fairlearn's convention; tests/test_fairness_metrics.py)
+    assert equal_opportunity_difference([0, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 0]) == 0.5
     with pytest.raises(OptionError, match="0/1"):
         demographic_parity_difference([0.2, 0.7], [0, 1])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: demographic_parity_difference([0, 1, 1], [0, 1]), "y_pred and group must have the same length"),
+        (lambda: equalized_odds_difference([0, 1], [0, 1, 1], [0, 1, 1]), "y_true and group must have the same"),
+        (lambda: equalized_odds_difference([0, 2, 1], [0, 1, 1], [0, 1, 1]), "y_true must hold 0/1"),
+        (lambda: equal_opportunity_difference([0, 1], [0, -1], ["a", "b"]), r"y_pred must hold 0/1.*\[-1\]"),
+        (lambda: demographic_parity_difference([0, 1], [0, 1], sample_weight=[1, -2]), "sample_weight must be non-neg"),
+        (lambda: demographic_parity_difference([0, 1], [0, 1], sample_weight=[1]), "sample_weight must hold one"),
+        (lambda: demographic_parity_difference([0, 1], [0, 1], sample_weight=[1, np.nan]), "sample_weight has non-f"),
+        (lambda: demographic_parity_difference([0, 1, 1], ["a", "a", "a"]), r"group must hold at least 2.*\['a'\]"),
+        (lambda: demographic_parity_difference([0, 1], [0, 1], sample_weight=[0, 1]), "group must hold at least 2"),
+        (lambda: demographic_parity_difference([0, 1], ["a", None]), "group labels must be all numbers or all"),
+        (lambda: demographic_parity_difference([0, 1, 0, 1], np.zeros((2, 2))), "group must be 1-D"),
+        (lambda: average_precision([0, 1], [0.1, 0.2], sample_weight=[1, -1]), "sample_weight must be non-negative"),
+        (lambda: average_precision([0, 1, 2], [0.1, 0.2, 0.3]), "y must hold binary labels"),
+        (lambda: average_precision([0, 1], [0.1]), "y and score must have the same length"),
+        (lambda: average_precision([0, 0], [0.1, 0.2]), "at least one positive"),
+        (lambda: average_precision([0, 1], [0.1, 0.2], sample_weight=[1, 0]), "at least one positive"),
+    ],
+)
+def test_fairness_and_ap_input_errors(call, match):
+    with pytest.raises(OptionError, match=match) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+
+
+# ----------------------------------------------------------------------------------- average precision
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("seed", range(5))
+def test_average_precision_matches_sklearn(seed, weighted):
+    rng = np.random.default_rng(seed)
+    n = 80
+    y = (rng.random(n) < 0.3).astype(int)
+    y[:2] = [0, 1]
+    s = np.round(rng.normal(size=n) + y, 1)  # rounding makes ties, also across classes
+    w = None
+    if weighted:
+        w = rng.uniform(0, 2, n)
+        w[rng.random(n) < 0.15] = 0.0  # zero weights add no threshold
+        w[:2] = 1.0
+    expected = average_precision_score(y, s, sample_weight=w)
+    assert average_precision(y, s, sample_weight=w) == pytest.approx(expected, abs=1e-12)
+    # every score tied: one threshold, precision = the positive rate
+    assert average_precision(y, np.zeros(n)) == pytest.approx(average_precision_score(y, np.zeros(n)), abs=1e-12)
+
+
+def test_average_precision_by_hand():
+    assert average_precision([0, 0, 1, 1], [0.1, 0.2, 0.8, 0.9]) == 1.0
+    assert average_precision([1, 1, 1], [0.3, 0.1, 0.2]) == 1.0
+    # descending: 0.9 (neg) 0.8 (pos: P 1/2, R 1/2) 0.4 (pos, tied with a neg: P 2/4, R 1)
+    assert average_precision([0, 1, 1, 0], [0.9, 0.8, 0.4, 0.4]) == pytest.approx(0.5)
+    assert average_precision([0, 1, 1, 0], [0.9, 0.8, 0.4, 0.4], sample_weight=[1, 1, 1, 3]) == pytest.approx(
+        0.5 * 0.5 + 0.5 * 2 / 6
+    )
 
 
 # --------------------------------------------------------------------------------------- loaders

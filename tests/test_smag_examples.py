@@ -44,4 +44,7 @@ def test_wcsc_toy_approaches_the_cvxpy_optimum():
 
 def test_overhead_benchmark_runs(capsys):
     report = load(ROOT / "benchmarks" / "smag_overhead.py").main(["--iters", "20", "--rounds", "1"])
-    assert report["ratio"] > 0 and "SMAG / SGD" in capsys.readouterr().out
+    times = [report[name] for name in ("smag", "smag_wall", "sgd_optim", "sgd_func")]
+    assert all(0 < t < float("inf") for t in times)
+    assert report["ratio"] == report["smag"] / report["sgd_optim"]
+    assert f"SMAG / SGD (torch.optim.SGD):     {report['ratio']:.2f}x" in capsys.readouterr().out

@@ -187,30 +187,73 @@ def noisy_problem(domain=None):
     )
 
 
+QUADS = torch.tensor(RNG.standard_normal((N, D, D)))
+QUADS = QUADS @ QUADS.transpose(1, 2) / D  # f_i(x) = x^T Q_i x / 2 + a_i^T x: J(y) = [Q_i y + a_i] exactly
+
+
+def quadratic_map(x: torch.Tensor, batch=None) -> torch.Tensor:
+    return 0.5 * torch.einsum("i,nij,j->n", x, QUADS, x) + A @ x
+
+
 @pytest.mark.parametrize("variant", ["taylor", "polyak"])
-@pytest.mark.parametrize(
-    "tracker, point", [("storm", "uniform"), ("hessian", "uniform"), ("hessian", "beta"), ("hessian", (1.0, 0.5))]
-)
-def test_new_trackers_run_and_improve_on_the_start(tracker, point, variant):
+@pytest.mark.parametrize("tracker", ["storm", "hessian"])
+def test_corrected_trackers_follow_the_jacobian_of_a_quadratic_exactly(tracker, variant):
+    # Noiseless samples of a quadratic map: the STORM and Hessian corrections add exactly J(y_{k+1}) - J(y_k),
+    # so the tracked Jacobian is the true one at every iterate; Polyak averaging lags behind it.
+    problem = fc.CompositeProblem(cp.max(fc.inner_value(N)), quadratic_map, fc.L1Ball(D, 1.0), sampler=lambda g: None)
+    options = dict(iters=15, variant=variant, glmo="conic", seed=1, progress=False)
+    res = fc.hmsfw(problem, tracker=tracker, hessian_point="uniform", **options)
+    assert res.info["tracker"] == tracker
+    assert (res.V - jacobian(quadratic_map, res.x)).abs().max() <= 1e-12
+    lagging = fc.hmsfw(problem, tracker="polyak", **options)
+    assert (lagging.V - jacobian(quadratic_map, lagging.x)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("point", ["beta", (1.0, 0.5)])
+def test_hessian_points_off_the_uniform_law_run_and_improve_on_the_start(point):
+    # Weighted by 1/density, such a correction is exact only on average; the run must still make progress.
     problem = noisy_problem()
-    res = fc.hmsfw(
-        problem, iters=15, tracker=tracker, hessian_point=point, variant=variant, glmo="conic", seed=1, progress=False
-    )
-    assert res.info["tracker"] == tracker and res.info["method"] == "hmsfw"
-    assert res.V.shape == (N, D) and torch.isfinite(res.V).all()
-    assert problem.objective(res.x) < problem.objective(problem.x0)
+    res = fc.hmsfw(problem, iters=15, tracker="hessian", hessian_point=point, glmo="conic", seed=1, progress=False)
+    assert torch.isfinite(res.V).all() and problem.objective(res.x) < problem.objective(problem.x0)
+
+
+K_HORIZON = 1000
 
 
 @pytest.mark.parametrize(
-    "schedule, orders",
-    [("theorem1", {"r_f": 1.5}), ("theorem2", {}), ("theorem3", {"r_g": 1.5}), ("constant", {}), ("doubling", {})],
+    "schedule, tracker, formula",
+    [
+        # r_f = r_g = 2 in the HMSFW paper: Theorem 1 (Variant II) gamma = K^(-3/4), beta = K^(-1/2), rho = K^(-2/3).
+        ("theorem1", "polyak", lambda k: (K_HORIZON**-0.75, K_HORIZON**-0.5, K_HORIZON ** (-2 / 3))),
+        # Appendix I.4's constant parameters: gamma = K^(-3/4), beta = rho = K^(-1/2).
+        ("constant", "polyak", lambda k: (K_HORIZON**-0.75, K_HORIZON**-0.5, K_HORIZON**-0.5)),
+        # Theorem 3: gamma = beta = rho = K^(-2/3).
+        ("theorem3", "storm", lambda k: (K_HORIZON ** (-2 / 3),) * 3),
+        # Theorem 2, anytime: gamma_k = 2/(k+2), beta_{k+1} = (k+1+19)^(-2/3), rho_{k+1} = 2/(k+3).
+        ("theorem2", "polyak", lambda k: (2 / (k + 2), (k + 20) ** (-2 / 3), 2 / (k + 3))),
+        # Doubling over Theorem 3: epoch j (k + 1 in [2^j, 2^(j+1))) uses the horizon 2^j.
+        (
+            "doubling",
+            "storm",
+            lambda k: (
+                (2 ** ((k + 1).bit_length() - 1)) ** (-2 / 3),
+                (2 ** ((k + 2).bit_length() - 1)) ** (-2 / 3),
+                (2 ** ((k + 2).bit_length() - 1)) ** (-2 / 3),
+            ),
+        ),
+    ],
 )
-def test_theory_schedules_by_name(schedule, orders):
-    problem = noisy_problem()
-    tracker = "storm" if schedule in ("theorem3", "doubling") else "polyak"
-    res = fc.hmsfw(problem, iters=8, schedule=schedule, tracker=tracker, glmo="conic", seed=0, progress=False, **orders)
+def test_theory_schedules_follow_their_theorems(schedule, tracker, formula):
+    from fullcomp.schedules import resolve
+
+    sched = resolve(schedule, iters=K_HORIZON, exact=False, tracker=tracker)
+    for k in (0, 1, 2, 5, 30, 200, 999):
+        assert sched.at(k) == pytest.approx(formula(k), rel=1e-12), k
+    # The run steps with the schedule's gamma_k.
+    res = fc.hmsfw(noisy_problem(), iters=6, schedule=schedule, tracker=tracker, glmo="conic", seed=0, progress=False)
+    run_sched = resolve(schedule, iters=6, exact=False, tracker=tracker)
+    assert [row["gamma"] for row in res.history.rows[:6]] == pytest.approx([run_sched.at(k)[0] for k in range(6)])
     assert res.info["schedule"].startswith(schedule)
-    assert res.info["iterations"] == 8
 
 
 # The structured path (the map reads x only at some entries) against the dense path, as in test_structured.

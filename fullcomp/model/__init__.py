@@ -2,7 +2,20 @@
 
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.model.dmax import DMaxProblem
-from fullcomp.model.outer import chi2_dro, cvar
+from fullcomp.model.outer import (
+    chi2_dro,
+    cvar,
+    entropic_risk,
+    group_dro,
+    kl_dro,
+    risk_weights,
+    smooth_max,
+    top_k_mean,
+    tpauc_cvar,
+    tpauc_kl,
+)
 from fullcomp.model.placeholder import inner_value
 
 __all__ = ["CompositeProblem", "DMaxProblem", "Outer", "inner_value", "cvar", "chi2_dro"]
+__all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
+__all__ += ["risk_weights"]

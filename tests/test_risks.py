@@ -1,0 +1,328 @@
+"""Named risks (fc.cvar, fc.chi2_dro, fc.top_k_mean, fc.entropic_risk, fc.kl_dro, fc.smooth_max,
+fc.group_dro, fc.tpauc_cvar, fc.tpauc_kl) and their weights (fc.risk_weights).
+
+Each risk's value is checked against numpy (a closed form where one exists) and against CVXPY solving its sup
+form max { q.u - penalty(q) : q in Q } directly, with its own variables; its closed-form weights against the
+maximizer of that program and against CVXPY's dual of u == u0 in min F(u); and each risk runs end to end
+through the GLMO routes and a few HMSFW iterations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize_scalar
+from scipy.special import logsumexp, softmax
+
+import fullcomp as fc
+from fullcomp.errors import ModelError
+from fullcomp.model.outer import WEIGHTS, capped_weights
+
+N = 6
+N_POS, N_NEG = 2, 3  # the pairwise risks: u holds the 2 x 3 pairwise losses row by row
+SIZES = np.array([10.0, 40.0, 5.0, 90.0, 20.0, 60.0])  # group sizes for group_dro
+
+
+def point(seed: int, n: int = N) -> np.ndarray:
+    """A point with distinct entries (so that every risk's weights are unique)."""
+    return np.random.default_rng(seed).standard_normal(n)
+
+
+# ---- references: numpy ---------------------------------------------------------------------------
+
+
+def tail_mean(w: np.ndarray, alpha: float) -> float:
+    """CVaR_alpha by sorting: the mean of the upper alpha-tail, a fractional boundary entry."""
+    m = max(alpha * w.size, 1.0)
+    s = np.sort(w)[::-1]
+    k = int(math.floor(m + 1e-12))
+    return float((s[:k].sum() + (m - k) * (s[k] if k < w.size else 0.0)) / m)
+
+
+def log_mean_exp(w: np.ndarray, lam: float, axis=None) -> np.ndarray:
+    return lam * (logsumexp(w / lam, axis=axis) - math.log(w.size if axis is None else w.shape[axis]))
+
+
+def kl_dual(w: np.ndarray, rho: float) -> float:
+    """min_{lam > 0} lam rho + lam log mean exp(w / lam), by a scalar search over log lam."""
+    res = minimize_scalar(
+        lambda t: math.exp(t) * rho + log_mean_exp(w, math.exp(t)),
+        bounds=(-12, 12),
+        method="bounded",
+        options={"xatol": 1e-12},
+    )
+    return float(min(res.fun, w.max()))
+
+
+def libauc_tpauc_kl(L: np.ndarray, lam: float, tau: float) -> tuple[float, np.ndarray]:
+    """LibAUC's tpAUC_KL_Loss objective and its per-pair weights p / (n_pos n_neg), with exact averages
+    for its moving averages (gammas = 1)."""
+    u_pos = np.exp(L / lam).mean(axis=1, keepdims=True)
+    w = np.mean(u_pos ** (lam / tau))
+    p = u_pos ** (lam / tau - 1) * np.exp(L / lam) / w
+    return float(tau * math.log(w)), p / L.size
+
+
+def numpy_value(name: str, w: np.ndarray) -> float:
+    L = w.reshape(N_POS, N_NEG)
+    return {
+        "cvar": lambda: tail_mean(w, 0.4),
+        "top_k_mean": lambda: float(np.sort(w)[-2:].mean()),
+        "chi2_dro": lambda: None,  # no closed form; the sup form below is the reference
+        "entropic_risk": lambda: float(0.7 * math.log(np.mean(np.exp(w / 0.7)))),
+        "kl_dro": lambda: kl_dual(w, 0.3),
+        "smooth_max": lambda: float(0.5 * math.log(np.sum(np.exp(w / 0.5)))),
+        "group_dro": lambda: float(np.max(w + 0.8 / np.sqrt(SIZES))),
+        "tpauc_cvar": lambda: tail_mean(np.array([tail_mean(row, 0.5) for row in L]), 0.5),
+        "tpauc_kl": lambda: libauc_tpauc_kl(L, 0.8, 1.3)[0],
+    }[name]()
+
+
+RISKS = {
+    "cvar": lambda u: fc.cvar(u, 0.4),
+    "top_k_mean": lambda u: fc.top_k_mean(u, 2),
+    "chi2_dro": lambda u: fc.chi2_dro(u, 0.5),
+    "entropic_risk": lambda u: fc.entropic_risk(u, 0.7),
+    "kl_dro": lambda u: fc.kl_dro(u, 0.3),
+    "smooth_max": lambda u: fc.smooth_max(u, 0.5),
+    "group_dro": lambda u: fc.group_dro(u, SIZES, 0.8),
+    "tpauc_cvar": lambda u: fc.tpauc_cvar(u, N_POS, theta_0=0.5, theta_1=0.5),
+    "tpauc_kl": lambda u: fc.tpauc_kl(u, N_POS, lam=0.8, tau=1.3),
+}
+
+
+# ---- references: the sup forms, solved by CVXPY -------------------------------------------------
+
+
+def sup_form(name: str, w: np.ndarray) -> tuple[float, np.ndarray]:
+    """(value, maximizing q) of max { q.w - penalty(q) : q in Q }, written here with CVXPY."""
+    n = w.size
+    q = cp.Variable(n, nonneg=True)
+    simplex = [cp.sum(q) == 1]
+    if name in ("tpauc_cvar", "tpauc_kl"):
+        # q_ij = p_i r_ij: the product of a weight per positive and one per negative, in the variables
+        # (p, Q = q as a matrix) in which the set is convex: sum_j Q_ij = p_i.
+        Q, p = cp.reshape(q, (N_POS, N_NEG), order="C"), cp.Variable(N_POS, nonneg=True)
+        rows = [cp.sum(Q, axis=1) == p, cp.sum(p) == 1]
+        if name == "tpauc_cvar":
+            cons = rows + [
+                p <= 1 / (0.5 * N_POS),
+                Q <= cp.reshape(p, (N_POS, 1), order="C") @ np.ones((1, N_NEG)) / (0.5 * N_NEG),
+            ]
+            objective = q @ w
+        else:
+            P = cp.reshape(p, (N_POS, 1), order="C") @ np.ones((1, N_NEG)) / N_NEG
+            cons = rows
+            objective = (
+                q @ w - 0.8 * cp.sum(cp.rel_entr(Q, P)) - 1.3 * cp.sum(cp.rel_entr(p, np.full(N_POS, 1 / N_POS)))
+            )
+    else:
+        cons, objective = simplex, q @ w
+        if name == "cvar":
+            cons = simplex + [q <= 1 / (0.4 * n)]
+        elif name == "top_k_mean":
+            cons = simplex + [q <= 1 / 2]
+        elif name == "chi2_dro":
+            cons = simplex + [(n / 2) * cp.sum_squares(q - 1 / n) <= 0.5]
+        elif name == "entropic_risk":
+            objective = q @ w - 0.7 * cp.sum(cp.rel_entr(q, np.full(n, 1 / n)))
+        elif name == "kl_dro":
+            cons = simplex + [cp.sum(cp.rel_entr(q, np.full(n, 1 / n))) <= 0.3]
+        elif name == "smooth_max":
+            objective = q @ w + 0.5 * cp.sum(cp.entr(q))
+        elif name == "group_dro":
+            objective = q @ (w + 0.8 / np.sqrt(SIZES))
+    problem = cp.Problem(cp.Maximize(objective), cons)
+    problem.solve(solver="CLARABEL")
+    assert problem.status == cp.OPTIMAL
+    return float(problem.value), np.asarray(q.value)
+
+
+def penalty(name: str, q: np.ndarray) -> float:
+    """What the sup form subtracts from q.u at q (so that q.u - penalty is the value)."""
+    n = q.size
+    kl = float(np.sum(q * np.log(np.maximum(n * q, 1e-300))))
+    if name == "entropic_risk":
+        return 0.7 * kl
+    if name == "smooth_max":
+        return -0.5 * float(-np.sum(q * np.log(np.maximum(q, 1e-300))))
+    if name == "group_dro":
+        return -float(q @ (0.8 / np.sqrt(SIZES)))
+    if name == "tpauc_kl":
+        Q = q.reshape(N_POS, N_NEG)
+        p = Q.sum(axis=1)
+        r = Q / p[:, None]
+        rows = np.sum(r * np.log(np.maximum(N_NEG * r, 1e-300)), axis=1)
+        return 0.8 * float(p @ rows) + 1.3 * float(np.sum(p * np.log(N_POS * p)))
+    return 0.0
+
+
+# ---- values --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(RISKS))
+def test_value_matches_numpy_and_sup_form(name):
+    u = fc.inner_value(N)
+    expr = RISKS[name](u)
+    assert expr.is_dcp() and expr.is_convex()
+    for seed in (1, 2):
+        w = point(seed)
+        u.value = w
+        value = float(expr.value)
+        reference = numpy_value(name, w)
+        if reference is not None:
+            assert value == pytest.approx(reference, rel=1e-6, abs=1e-7)
+        assert value == pytest.approx(sup_form(name, w)[0], rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", list(RISKS))
+def test_weights_are_the_sup_forms_maximizer_and_a_subgradient(name):
+    u = fc.inner_value(N)
+    expr = RISKS[name](u)
+    w = point(3)
+    u.value = w
+    q = fc.risk_weights(expr, w)
+    assert q.shape == (N,) and np.all(q >= 0) and q.sum() == pytest.approx(1.0, abs=1e-12)
+    # q attains the sup: q.u - penalty(q) is the value (q.u itself for the sup-form risks)
+    assert float(q @ w) - penalty(name, q) == pytest.approx(float(expr.value), rel=1e-6, abs=1e-6)  # kl, chi2: solved
+    # the maximizer of the sup form, solved by CVXPY
+    assert np.allclose(q, sup_form(name, w)[1], atol=2e-5)
+    # CVXPY's dual of u == w in min F(u): the generic path of risk_weights, with the closed form taken off
+    plain = RISKS[name](fc.inner_value(N))
+    delattr(plain, WEIGHTS)
+    assert np.allclose(q, fc.risk_weights(plain, w), atol=2e-5)
+
+
+def test_libauc_tpauc_kl_weights_match():
+    w = point(4)
+    value, pair_weights = libauc_tpauc_kl(w.reshape(N_POS, N_NEG), 0.8, 1.3)
+    u = fc.inner_value(N)
+    expr = fc.tpauc_kl(u, N_POS, lam=0.8, tau=1.3)
+    u.value = w
+    assert float(expr.value) == pytest.approx(value, rel=1e-10)
+    assert np.allclose(fc.risk_weights(expr, w), pair_weights.reshape(-1), atol=1e-12)
+
+
+def test_libauc_tpauc_cvar_threshold_form():
+    """LibAUC's tpAUC_CVaR_loss objective minimized over its thresholds s_i, s' is fc.tpauc_cvar."""
+    L = point(5, 12).reshape(3, 4)
+    theta_0, theta_1 = 0.6, 0.3
+    s, s0 = cp.Variable(3), cp.Variable()
+    g = s + cp.sum(cp.pos(L - cp.reshape(s, (3, 1), order="C") @ np.ones((1, 4))), axis=1) / (theta_1 * 4)
+    problem = cp.Problem(cp.Minimize(s0 + cp.sum(cp.pos(g - s0)) / (theta_0 * 3)))
+    problem.solve(solver="CLARABEL")
+    u = fc.inner_value(12)
+    expr = fc.tpauc_cvar(u, 3, theta_0=theta_0, theta_1=theta_1)
+    u.value = L.reshape(-1)
+    assert float(expr.value) == pytest.approx(problem.value, rel=1e-7)
+    q = fc.risk_weights(expr, L.reshape(-1))
+    assert float(q @ L.reshape(-1)) == pytest.approx(float(expr.value), rel=1e-12)
+
+
+def test_ends_and_relations():
+    w = point(6)
+    u = fc.inner_value(N)
+    pairs = [
+        (fc.top_k_mean(u, 1), w.max()),
+        (fc.top_k_mean(u, N), w.mean()),
+        (fc.kl_dro(u, 0.0), w.mean()),
+        (fc.kl_dro(u, math.log(N)), w.max()),
+        (fc.group_dro(u, SIZES, 0.0), w.max()),
+        (fc.top_k_mean(u, 3) - fc.cvar(u, 0.5), 0.0),
+        (fc.smooth_max(u, 0.3) - fc.entropic_risk(u, 0.3), 0.3 * math.log(N)),
+        (fc.tpauc_cvar(u, N_POS, 1.0, 1.0), w.mean()),
+    ]
+    u.value = w
+    for expr, expected in pairs:
+        assert float(expr.value) == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    for lam in (0.05, 1.0, 20.0):
+        smooth = float(fc.smooth_max(u, lam).value)
+        assert w.max() <= smooth <= w.max() + lam * math.log(N) + 1e-12
+        assert w.mean() - 1e-12 <= float(fc.entropic_risk(u, lam).value) <= w.max() + 1e-12
+    # weights in closed form: softmax for the entropic risks, the top entries for the tails
+    assert np.allclose(fc.risk_weights(fc.entropic_risk(u, 0.7), w), softmax(w / 0.7), atol=1e-15)
+    assert np.allclose(fc.risk_weights(fc.smooth_max(u, 0.7), w), softmax(w / 0.7), atol=1e-15)
+    top3 = np.isin(np.arange(N), np.argsort(w)[-3:]) / 3
+    assert np.allclose(fc.risk_weights(fc.top_k_mean(u, 3), w), top3)
+    assert np.allclose(fc.risk_weights(fc.cvar(u, 0.5), w), top3)
+    # weights at the ends: uniform on the tied maximizers, the uniform mean
+    tied = np.array([1.0, 3.0, 3.0, 0.0, -1.0, 2.0])
+    assert np.allclose(fc.risk_weights(fc.kl_dro(u, 5.0), tied), [0, 0.5, 0.5, 0, 0, 0])
+    assert np.allclose(fc.risk_weights(fc.chi2_dro(u, 5.0), tied), [0, 0.5, 0.5, 0, 0, 0])
+    assert np.allclose(fc.risk_weights(fc.kl_dro(u, 0.0), tied), 1 / N)
+    assert np.allclose(fc.risk_weights(fc.top_k_mean(u, 2), tied), [0, 0.5, 0.5, 0, 0, 0])
+    assert np.allclose(fc.risk_weights(fc.top_k_mean(u, 1), tied), [0, 0.5, 0.5, 0, 0, 0])
+    assert np.allclose(capped_weights(tied, 2.5), [0, 0.4, 0.4, 0, 0, 0.2])
+
+
+def test_risk_weights_takes_problems_tensors_and_any_outer():
+    A = torch.tensor(np.random.default_rng(7).standard_normal((N, 5)))
+    problem = fc.CompositeProblem(fc.kl_dro(fc.inner_value(N), 0.3), lambda x, batch: A @ x, fc.Simplex(5))
+    w = point(8)
+    q = fc.risk_weights(problem, torch.tensor(w))
+    assert np.allclose(q, sup_form("kl_dro", w)[1], atol=2e-5)
+    u = fc.inner_value(N)
+    assert np.allclose(fc.risk_weights(2.0 * cp.max(u), w), 2.0 * (w == w.max()), atol=1e-6)
+    with pytest.raises(ModelError, match="u_value must be a finite vector of length 6"):
+        fc.risk_weights(cp.max(u), np.ones(5))
+    with pytest.raises(ModelError, match="one fc.inner_value placeholder alone"):
+        fc.risk_weights(cp.max(u) + cp.norm(cp.Variable(2)), w)
+
+
+# ---- parameters ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda u: fc.entropic_risk(u, 0.0), "entropic_risk lam must be a temperature > 0"),
+        (lambda u: fc.smooth_max(u, -1.0), "smooth_max lam must be a temperature > 0"),
+        (lambda u: fc.smooth_max(u, float("nan")), "smooth_max lam must be finite"),
+        (lambda u: fc.kl_dro(u, -0.1), "kl_dro rho must be a radius >= 0"),
+        (lambda u: fc.top_k_mean(u, 0), r"top_k_mean k must be an int in 1\.\.6"),
+        (lambda u: fc.top_k_mean(u, 7), r"top_k_mean k must be an int in 1\.\.6"),
+        (lambda u: fc.top_k_mean(u, 2.0), r"top_k_mean k must be an int"),
+        (lambda u: fc.group_dro(u, SIZES, -1.0), "group_dro C must be >= 0"),
+        (lambda u: fc.group_dro(u, np.ones(5), 1.0), "group_dro group_sizes needs one size per entry"),
+        (lambda u: fc.group_dro(u, -SIZES, 1.0), "group_dro group_sizes must be finite and > 0"),
+        (lambda u: fc.tpauc_cvar(u, 4), "tpauc_cvar n_pos must be an int dividing n = 6"),
+        (lambda u: fc.tpauc_cvar(u, 2, theta_0=0.0), r"tpauc_cvar theta_0 must lie in \(0, 1\]"),
+        (lambda u: fc.tpauc_cvar(u, 2, theta_1=1.5), r"tpauc_cvar theta_1 must lie in \(0, 1\]"),
+        (lambda u: fc.tpauc_kl(u, 2, tau=0.0), "tpauc_kl tau must be a temperature > 0"),
+        (lambda u: fc.tpauc_kl(u, 2, lam="a"), "tpauc_kl lam must be a number"),
+        (lambda u: fc.kl_dro(cp.Variable((2, 3)), 0.1), "kl_dro needs a 1-D"),
+    ],
+)
+def test_parameters_are_validated(make, match):
+    with pytest.raises(ModelError, match=match):
+        make(fc.inner_value(N))
+
+
+# ---- end to end ----------------------------------------------------------------------------------
+
+
+def composite(name: str) -> fc.CompositeProblem:
+    rng = np.random.default_rng(11)
+    A = torch.tensor(rng.standard_normal((N, 5)))
+    b = torch.tensor(rng.standard_normal(N))
+    return fc.CompositeProblem(RISKS[name](fc.inner_value(N)), lambda x, batch: A @ x - b, fc.Simplex(5))
+
+
+@pytest.mark.parametrize("name", [n for n in RISKS if n not in ("cvar", "chi2_dro")])
+def test_glmo_routes_and_hmsfw_run(name):
+    problem = composite(name)
+    rng = np.random.default_rng(12)
+    z, V, y = rng.standard_normal(N), rng.standard_normal((N, 5)), np.full(5, 0.2)
+    conic = fc.build_glmo(problem.outer, problem.domain, route="conic").solve(z, V, y)
+    colgen = fc.build_glmo(problem.outer, problem.domain)  # auto: column generation on the simplex
+    assert colgen.route == "colgen"
+    answer = colgen.solve(z, V, y, tol=1e-6)
+    assert answer.converged and answer.value == pytest.approx(conic.value, abs=1e-5)
+    assert problem.domain.contains(answer.x, tol=1e-8)
+    res = fc.solve(problem, "hmsfw", iters=5, progress=False)
+    assert np.isfinite(problem.objective(res.x))
+    assert problem.objective(res.x) <= problem.objective(problem.x0) + 1e-6
