@@ -9,12 +9,14 @@ X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x), and
 from fullcomp import datasets, distributed, errors, metrics, noise
 from fullcomp.algorithms import hmsfw, scfw
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
+from fullcomp.algorithms.fw import fw
 from fullcomp.algorithms.linasa import linasa_icg
-from fullcomp.algorithms.method import Method, describe, methods, solve
+from fullcomp.algorithms.method import Method, Plan, describe, methods, register, solve
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.prox_linear import prox_linear
 from fullcomp.algorithms.psg import psg
 from fullcomp.algorithms.smag import SMAGStepper, smag
+from fullcomp.algorithms.stepper import Stepper
 from fullcomp.glmo import GLMOResult, build_glmo
 from fullcomp.model import (
     CompositeProblem,
@@ -34,7 +36,25 @@ from fullcomp.model.dmax import DMaxProblem
 from fullcomp.run import Checkpoint, History, Result
 from fullcomp.run.allocator import tune as tune_allocator
 from fullcomp.schedules import Schedule
-from fullcomp.sets import Box, ConvexSet, L1Ball, L2Ball, NuclearBall, Set, Simplex
+from fullcomp.sets import (
+    Birkhoff,
+    Box,
+    CappedSimplex,
+    ConvexSet,
+    Hypersimplex,
+    KNormBall,
+    KSparsePolytope,
+    L1Ball,
+    L2Ball,
+    LpBall,
+    NuclearBall,
+    Permutahedron,
+    Product,
+    Set,
+    Simplex,
+    Spectraplex,
+    UnitSpectrahedron,
+)
 from fullcomp.stationarity import Stationarity, stationarity
 
 __version__ = "0.1.0"
@@ -64,11 +84,14 @@ __all__ = [
     "DMaxProblem",
     "smag",
     "SMAGStepper",
+    "Stepper",
     "stationarity",
     "Stationarity",
 ]
-__all__ += ["psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method"]
+__all__ += ["fw", "psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method", "register", "Plan"]
 __all__ += ["noise", "metrics", "distributed", "tune_allocator"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
 __all__ += ["risk_weights"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
+__all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]
+__all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]

@@ -399,13 +399,24 @@ def run_info(args: argparse.Namespace, rest: list[str]) -> dict[str, Any]:
 def summary_text(result: Any, out: Path) -> str:
     """A few lines: the budget spent, the final estimates and how every evaluated metric moved."""
     info, history = result.info, result.history
-    last = history[-1]
+
+    def final(column: str) -> Any:
+        """The column's last recorded value (the closing row may not hold a method's own columns)."""
+        return next((row[column] for row in reversed(history.rows) if column in row), None)
+
+    estimates = [
+        f"{label} {final(column):{fmt}}"
+        for column, label, fmt in (
+            ("objective_estimate", "final objective estimate", ".6g"),
+            ("objective", "objective", ".6g"),
+            ("gap_estimate", "gap estimate", ".3g"),
+        )
+        if isinstance(final(column), (int, float))
+    ]
     lines = [
         f"{info['method']}: {info['iterations']} iterations, {info['optimizer_seconds']:.1f} optimizer seconds "
         f"(stopped by {info['stopped']})",
-        f"final objective estimate {last['objective_estimate']:.6g}"
-        + (f", objective {last['objective']:.6g}" if "objective" in last else "")
-        + (f", gap estimate {last['gap_estimate']:.3g}" if "gap_estimate" in last else ""),
+        ", ".join(estimates) or "no objective estimate recorded",
     ]
     standard = {"k", "time", "objective_estimate", "objective", "gap_estimate", "glmo_gap", "pricing_calls"}
     standard |= {"glmo_converged", "gamma"}

@@ -24,7 +24,7 @@ import numpy as np
 from fullcomp.errors import OptionError
 from fullcomp.run.history import History
 
-#: history columns every HMSFW run has; any other numeric column is an evaluated metric
+#: history columns of HMSFW's runs: what a summary that does not record its callback's columns is read with
 STANDARD = (
     "k",
     "time",
@@ -61,10 +61,12 @@ class Run:
         return self.history[-1] if len(self.history) else dict(self.summary.get("final", {}))
 
     def metrics(self) -> list[str]:
-        """Numeric history columns beyond the standard ones (e.g. ``test_worst`` from evaluate)."""
+        """The evaluated metrics (e.g. ``test_worst`` from evaluate): the columns the run's callback added, as
+        its summary records them; for a summary without that record, the numeric columns beyond HMSFW's."""
+        recorded = self.summary.get("metrics")
         out = []
         for column in self.history.columns:
-            if column in STANDARD:
+            if (column not in recorded) if isinstance(recorded, list) else (column in STANDARD):
                 continue
             try:
                 if np.isfinite(self.history.column(column)).any():

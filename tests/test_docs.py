@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fullcomp.algorithms import method as method_module
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -32,6 +34,8 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     blocks = python_blocks(path)
     assert blocks, f"{path.name} has no ```python block"
     monkeypatch.chdir(tmp_path)
+    # A page may register a method of its own: the other tests see the built-ins only.
+    monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
     namespace: dict = {"__name__": f"docs_{path.stem}"}
     for line, source in blocks:
         code = compile(source, f"{path.name}:{line}", "exec")

@@ -66,7 +66,6 @@ PARAMS = (
         "auto",
         "gamma of the first step; 'auto': 1 from the default start, a line search on one batch from a warm start",
     ),
-    Param("gap_tol", (positive(), NONE), None, "stop with status 'converged' once the gap estimate is below it"),
 )
 
 
@@ -311,7 +310,6 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         "schedule": sched.name,
         "tracker": tracker,
     }
-    gap_tol = hp["gap_tol"]
     return Plan(
         step,
         state,
@@ -324,7 +322,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             lambda s: numpy(s["y"]).reshape(domain.shape),
             known=lambda s: s["z"] if s.get("z_exact") else None,  # a checkpoint from before z_exact has none
         ),
-        converged=None if gap_tol is None else (lambda row: row["gap_estimate"] <= gap_tol),
+        gap="gap_estimate",
         components={"glmo": solver},
         sharded=problem.sharded,
         info=info,
@@ -378,7 +376,8 @@ def hmsfw(problem: CompositeProblem, **options: Any) -> Result:
     "doubling", a :class:`~fullcomp.schedules.Schedule` or k -> (gamma, beta, rho)), ``r_f``/``r_g``
     (moment orders read by the theory schedules), ``tracker`` ("polyak"; "storm": two Jacobians on
     one batch; "hessian": a Hessian-vector correction at a random point of the step, whose law is
-    ``hessian_point``), ``clip`` (Clipped SCFW), ``first_step`` and ``gap_tol``.
+    ``hessian_point``), ``clip`` (Clipped SCFW), and ``first_step``; the shared ``gap_tol`` stops at a
+    gap estimate below it.
 
     Warm starts: from a start the user gave (``x0`` of the problem or of the run), gamma_0 is the
     best of 1, 1/2, ..., 2^-10 for phi on one batch (``full_batch`` when there is one: a line search

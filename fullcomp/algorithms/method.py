@@ -52,6 +52,19 @@ REGISTRY: dict[str, Method] = {}
 
 
 def register(method: Method) -> Method:
+    """Add ``method`` to the registry, so that ``fc.solve``, ``fc.Stepper``, ``fc.describe`` and ``fullcomp run
+    --method`` know it by its name (docs/extending.md shows a whole method).
+
+    Parameters
+    ----------
+    method : Method
+        Its name must be new, and no hyperparameter may take the name of a shared option.
+
+    Returns
+    -------
+    Method
+        ``method`` itself, so that a module can keep it: ``SFW = fc.register(fc.Method(...))``.
+    """
     if method.name in REGISTRY:
         raise ValueError(f"a method named {method.name!r} is already registered")
     clash = {p.name for p in method.params} & set(SHARED)
@@ -167,17 +180,7 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
     ModelError
         ``problem`` is not of the problem class the method accepts.
     """
-    spec = get(method)
-    if not isinstance(problem, spec.problem):
-        fits = ", ".join(m.name for m in methods(problem)) or "none"
-        raise ModelError(
-            f"{spec.name} needs a fc.{spec.problem.__name__}, got {type(problem).__name__} (methods for it: {fits})"
-        )
-    shared = {k: options.pop(k) for k in list(options) if k in SHARED}
-    pinned = set(options) & set(spec.fixed)
-    if pinned:
-        raise OptionError(f"{spec.name} fixes {sorted(pinned)}; use the base method to change them")
-    hp = check_params(spec.params, {**options, **spec.fixed}, spec.name)
+    spec, hp, problem, shared = validated(problem, method, options)
     run = RunOptions.resolve(problem, spec.name, shared)
     if run.x0 is not None:
         problem = problem.with_start(run.x0)
@@ -186,26 +189,53 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
     if stamp is not None and run.world.parallel:  # each rank holds its own shard: the checkpoint knows them all
         stamp = {**stamp, "problem": distributed.gather(stamp["problem"])}
     with resuming(run, stamp, sharded=getattr(problem, "sharded", False)) as saved:
-        plan = spec.setup(problem, hp, run)
-        plan.info = {
-            **plan.info,
-            "method": spec.name,
-            "seed": run.seed,
-            "device": str(run.device),
-            "dtype": str(run.dtype),
-        }
-        if run.horizon_used:
-            plan.info["horizon"] = run.resolved_horizon
-            if saved is not None and run.resolved_horizon != run.budget.iters:
-                warnings.warn(
-                    f"{spec.name}: the checkpoint's run resolved its budget-dependent parameters with the horizon "
-                    f"{run.resolved_horizon}; this run continues it with that horizon (iters={run.budget.iters} "
-                    f"only extends it). For a run with the horizon {run.budget.iters}, pass another checkpoint "
-                    "path or fc.Checkpoint(path, on_mismatch='restart')",
-                    UserWarning,
-                    stacklevel=2,
-                )
+        plan = planned(spec, problem, hp, run)
+        if saved is not None and run.horizon_used and run.resolved_horizon != run.budget.iters:
+            warnings.warn(
+                f"{spec.name}: the checkpoint's run resolved its budget-dependent parameters with the horizon "
+                f"{run.resolved_horizon}; this run continues it with that horizon (iters={run.budget.iters} "
+                f"only extends it). For a run with the horizon {run.budget.iters}, pass another checkpoint "
+                "path or fc.Checkpoint(path, on_mismatch='restart')",
+                UserWarning,
+                stacklevel=2,
+            )
         return drive(plan, run, stamp, desc=spec.name, saved=saved)
+
+
+def validated(problem: Any, method: str, options: dict) -> tuple[Method, dict, Any, dict]:
+    """(method, hyperparameters, problem, shared options): the method found, the problem's kind checked and the
+    hyperparameters validated against their declared constraints; what :func:`solve` and
+    :class:`~fullcomp.Stepper` do first."""
+    spec = get(method)
+    if not isinstance(problem, spec.problem):
+        fits = ", ".join(m.name for m in methods(problem)) or "none"
+        raise ModelError(
+            f"{spec.name} needs a fc.{spec.problem.__name__}, got {type(problem).__name__} (methods for it: {fits})"
+        )
+    options = dict(options)
+    shared = {k: options.pop(k) for k in list(options) if k in SHARED}
+    pinned = set(options) & set(spec.fixed)
+    if pinned:
+        raise OptionError(f"{spec.name} fixes {sorted(pinned)}; use the base method to change them")
+    hp = check_params(spec.params, {**options, **spec.fixed}, spec.name)
+    return spec, hp, problem, shared
+
+
+def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
+    """The method's plan for this run, with the run's facts in its info."""
+    plan = spec.setup(problem, hp, run)
+    if run.gap_tol is not None and plan.gap is None:
+        raise OptionError(
+            f"{spec.name} has no gap or stationarity measure, so gap_tol cannot stop it; drop gap_tol, or use a "
+            "method that has one (result.info['gap_measure'] names it: the Frank-Wolfe methods, prox-linear, "
+            "SMAG, the min-max methods)"
+        )
+    plan.info = {**plan.info, "method": spec.name, "seed": run.seed, "device": str(run.device), "dtype": str(run.dtype)}
+    if plan.gap is not None:
+        plan.info["gap_measure"] = plan.gap
+    if run.horizon_used:
+        plan.info["horizon"] = run.resolved_horizon
+    return plan
 
 
 def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:

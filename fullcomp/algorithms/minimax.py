@@ -33,7 +33,7 @@ from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem, Params
 from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
-from fullcomp.validation import REQUIRED, Instance, Interval, Options, Pair, Param, positive
+from fullcomp.validation import BOOL, NONE, REQUIRED, Instance, Interval, Options, Pair, Param, positive
 
 HINT = "Lower the step sizes or check phi for overflow"
 
@@ -95,6 +95,7 @@ class MinMax:
             observe=observe,
             objective=(lambda s: value(s, oracle.exact_batches(), "at the output")) if oracle.exact else None,
             info=info,
+            gap="grad_norm",
             progress_key="objective_estimate",
         )
 
@@ -237,28 +238,136 @@ def threshold_mask(params: Params, key: str) -> torch.Tensor:
     return torch.cat([torch.full((n,), h) for n, h in zip(params.numels, hits)])
 
 
+WEIGHT_OPTIONS = (
+    Param("mode", (Options(("sgd", "adam")),), "sgd", "the steps on w: 'sgd', or 'adam' as LibAUC's default"),
+    Param("betas", (Pair(Interval(float, 0, 1, "left")),), (0.9, 0.999), "Adam's moment decays"),
+    Param("momentum", (Interval(float, 0, 1, "left"),), 0.0, "momentum of the 'sgd' steps on w (LibAUC's 0.9)"),
+    Param("dampening", (Interval(float, 0, 1, "left"),), 0.0, "dampening of the momentum (LibAUC SOPA-s's 0.1)"),
+    Param("nesterov", (BOOL,), False, "Nesterov momentum (needs momentum > 0 and no dampening)"),
+    Param(
+        "clip_value",
+        (positive(), NONE),
+        None,
+        "clamp each entry of w's gradient to [-clip_value, clip_value] (LibAUC's default 1.0); None: no clipping",
+    ),
+    Param("weight_decay", (Interval(float, 0, None),), 0.0, "L2 penalty weight_decay w added to w's gradient"),
+    Param(
+        "epoch_decay",
+        (Interval(float, 0, None),),
+        0.0,
+        "weight of the pull epoch_decay (w - w_ref) towards an anchor w_ref, which starts at x0 (LibAUC's name)",
+    ),
+    Param(
+        "epoch_iters",
+        (positive(int), NONE),
+        None,
+        "steps between the anchor's resets to the average of the iterates since the last one (LibAUC's "
+        "update_regularizer); None: the anchor stays at x0",
+    ),
+)
+
+
+class WeightStep:
+    """LibAUC's step on the model weights w (SOPA, SOPA-s, SOTA-s and STACO share it), on flat vectors.
+
+    ``weights`` marks the entries of x that are w; the others (thresholds, moving averages) are left to
+    the caller and never move here.  On w's gradient g, as LibAUC's optimizers do:
+
+        d = clamp(g, -clip_value, clip_value) + epoch_decay (w - w_ref) + weight_decay w
+        'sgd':  b = d at the first step, b <- momentum b + (1 - dampening) d after; d <- b (or d + momentum b
+                with nesterov); w <- w - eta d        (no momentum: w <- w - eta d)
+        'adam': Adam on d with ``betas`` and eps 1e-8, bias-corrected, step eta
+
+    The anchor w_ref starts at x0 (LibAUC draws it from N(0, 0.01^2)); every ``epoch_iters`` steps it
+    becomes the average of the iterates since its last reset (LibAUC's ``update_regularizer``).  A step
+    never modifies its state in place.
+    """
+
+    def __init__(self, hp: dict, weights: torch.Tensor, method: str):
+        self.weights, self.mode, (self.b1, self.b2) = weights, hp["mode"], hp["betas"]
+        self.momentum, self.dampening, self.nesterov = hp["momentum"], hp["dampening"], hp["nesterov"]
+        self.clip, self.weight_decay = hp["clip_value"], hp["weight_decay"]
+        self.epoch_decay, self.epoch_iters = hp["epoch_decay"], hp["epoch_iters"]
+        if self.mode == "adam" and (self.momentum or self.dampening or self.nesterov):
+            raise OptionError(f"{method}: momentum, dampening and nesterov are options of mode='sgd'; Adam has betas")
+        if self.nesterov and (self.momentum == 0 or self.dampening != 0):
+            raise OptionError(f"{method}: nesterov needs momentum > 0 and dampening = 0")
+        if self.epoch_iters is not None and self.epoch_decay == 0:
+            raise OptionError(f"{method}: epoch_iters resets the anchor of epoch_decay; give epoch_decay > 0")
+        self.mask = weights.to(torch.get_default_dtype())
+
+    @property
+    def plain(self) -> bool:
+        """Whether this is the plain gradient step w - eta g (mode 'sgd', no option set)."""
+        return self.mode == "sgd" and not (self.momentum or self.clip or self.weight_decay or self.epoch_decay)
+
+    def start(self, x0: torch.Tensor) -> dict:
+        """The optimizer's part of the state at x0."""
+        state: dict[str, Any] = {}
+        if self.mode == "adam":
+            state.update(m=torch.zeros_like(x0), v=torch.zeros_like(x0))
+        if self.momentum:
+            state["buf"] = None  # the first step sets it to d, as torch's SGD does
+        if self.epoch_decay:
+            state["ref"] = x0.clone()
+        if self.epoch_iters is not None:
+            state.update(acc=torch.zeros_like(x0), t=0)
+        return state
+
+    def __call__(self, state: dict, x: torch.Tensor, g: torch.Tensor, k: int, eta: float) -> tuple[torch.Tensor, dict]:
+        """(x with w stepped and every other entry unchanged, the new optimizer state) at iteration k."""
+        mask = self.mask.to(dtype=x.dtype, device=x.device)
+        d = torch.where(self.weights, g, 0.0)  # w's gradient, 0 on the other entries
+        if self.clip is not None:
+            d = d.clamp(-self.clip, self.clip)
+        if self.epoch_decay:
+            d = d + self.epoch_decay * (x - state["ref"]) * mask
+        if self.weight_decay:
+            d = d + self.weight_decay * x * mask
+        new = dict(state)
+        if self.mode == "adam":
+            b1, b2 = self.b1, self.b2
+            m = b1 * state["m"] + (1 - b1) * d
+            v = b2 * state["v"] + (1 - b2) * d * d
+            m_hat, v_hat = m / (1 - b1 ** (k + 1)), v / (1 - b2 ** (k + 1))
+            new.update(m=m, v=v)
+            return x - eta * m_hat / (v_hat.sqrt() + 1e-8), new
+        if self.momentum:
+            buf = d if state["buf"] is None else self.momentum * state["buf"] + (1 - self.dampening) * d
+            new["buf"] = buf
+            d = d + self.momentum * buf if self.nesterov else buf
+        return x - eta * d, new
+
+    def after(self, state: dict, x: torch.Tensor) -> dict:
+        """The state once the step has landed at x: the epoch's sum of iterates, the anchor's reset."""
+        if self.epoch_iters is None:
+            return state
+        acc, t = state["acc"] + x, state["t"] + 1
+        if t == self.epoch_iters:
+            return {**state, "ref": acc / t, "acc": torch.zeros_like(acc), "t": 0}
+        return {**state, "acc": acc, "t": t}
+
+
 def sopa_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
-    mm, eta, eta_s, adam = MinMax(problem, run, "sopa"), hp["eta"], hp["eta_s"], hp["mode"] == "adam"
-    mask, (b1, b2), y0 = threshold_mask(problem.x, hp["s_key"]).to(run.device), hp["betas"], mm.y0
+    mm, eta, eta_s = MinMax(problem, run, "sopa"), hp["eta"], hp["eta_s"]
+    mask, y0 = threshold_mask(problem.x, hp["s_key"]).to(run.device), mm.y0
+    weights = WeightStep(hp, ~mask, "sopa")
     # The thresholds' step eta_s and the weights' eta as one vector: one product per step in SGD mode.
     rates = torch.where(mask, eta_s, eta).to(dtype=mm.x0.dtype)
 
     def step(state: dict, k: int) -> tuple[dict, dict]:
         x = state["x"]
         gx, _, row = mm.gradients(k, x, y0, hold_y=True)
-        if not adam:
+        if weights.plain:
             return {**state, "x": x - rates * gx}, row
-        # Adam on the weights (LibAUC's default), the plain step on the thresholds.
-        g_w, s_step = torch.where(mask, 0.0, gx), torch.where(mask, gx, 0.0) * eta_s
-        m = b1 * state["m"] + (1 - b1) * g_w
-        v = b2 * state["v"] + (1 - b2) * g_w * g_w
-        m_hat, v_hat = m / (1 - b1 ** (k + 1)), v / (1 - b2 ** (k + 1))
-        return {"x": x - eta * m_hat / (v_hat.sqrt() + 1e-8) - s_step, "m": m, "v": v}, row
+        # LibAUC's step on the weights (Adam, momentum, clipping, decays), the plain step on the thresholds.
+        x_w, new = weights({k: v for k, v in state.items() if k != "x"}, x, gx, k, eta)
+        x_next = x_w - torch.where(mask, gx, 0.0) * eta_s
+        return {"x": x_next, **weights.after(new, x_next)}, row
 
-    state = {"x": mm.x0}
-    if adam:
-        state.update(m=torch.zeros_like(mm.x0), v=torch.zeros_like(mm.x0))
-    info = {"eta": eta, "eta_s": eta_s, "s_key": hp["s_key"], "mode": hp["mode"]}
+    state = {"x": mm.x0, **weights.start(mm.x0)}
+    names = ("s_key", "mode", "momentum", "dampening", "nesterov", "clip_value", "weight_decay", "epoch_decay")
+    info = {"eta": eta, "eta_s": eta_s, **{n: hp[n] for n in names}, "epoch_iters": hp["epoch_iters"]}
     return mm.plan(step, state, lambda s: (s["x"], y0), info)
 
 
@@ -270,8 +379,7 @@ register(
             Param("eta", (positive(),), REQUIRED, "the step size of the model weights, LibAUC's lr"),
             Param("eta_s", (positive(),), REQUIRED, "the step size of the CVaR thresholds, LibAUC's eta"),
             Param("s_key", (Instance((str,), "a string"),), "s", "the name of the thresholds' entry in x0"),
-            Param("mode", (Options(("sgd", "adam")),), "sgd", "the steps on w: 'sgd', or 'adam' as LibAUC's default"),
-            Param("betas", (Pair(Interval(float, 0, 1, "left")),), (0.9, 0.999), "Adam's moment decays"),
+            *WEIGHT_OPTIONS,
         ),
         sopa_setup,
         "SOPA for one-way partial AUC in CVaR form, Zhu et al. 2022 (SMAG paper's baseline B1)",
@@ -293,12 +401,25 @@ def sopa(problem: DMaxProblem, **options: Any) -> Result:
     y (an adversary) is left at y0: SOPA minimizes phi(x, y0), which is problem (8) when phi was
     built with alpha = 0.
 
+    The step on w has LibAUC's options (its ``SOPA`` optimizer's, applied to w only: the thresholds
+    always take the plain step): d = clamp(d_w phi, +-clip_value) + epoch_decay (w - w_ref)
+    + weight_decay w, then momentum (SGD) or Adam.  The defaults are the plain steps above; LibAUC's
+    own defaults are momentum 0.9 and clip_value 1.0.  Fed the same batches (distinct positives in
+    each), a run follows LibAUC's ``pAUC_CVaR_Loss`` + ``SOPA`` step for step, except that the anchor
+    w_ref starts at x0 where LibAUC draws it at random.
+
     Hyperparameters
     ---------------
     eta : step size of w (LibAUC's lr).
     eta_s : step size of the thresholds (LibAUC's eta).
     s_key : name of the thresholds' entry in x0 (default ``"s"``).
     mode : ``"sgd"`` (default) or ``"adam"`` (LibAUC's default, with ``betas``, default (0.9, 0.999)).
+    momentum, dampening, nesterov : the SGD momentum (default 0: none), as torch's and LibAUC's SGD.
+    clip_value : clamp each entry of w's gradient to [-clip_value, clip_value] (default None: no clipping).
+    weight_decay : L2 penalty added to w's gradient (default 0).
+    epoch_decay : weight of the pull towards the anchor w_ref (default 0: none).
+    epoch_iters : steps between the anchor's resets to the average of the iterates since the last one
+        (LibAUC's ``update_regularizer``; default None: the anchor stays at x0).
     """
     return solve(problem, "sopa", **options)
 

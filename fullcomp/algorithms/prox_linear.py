@@ -93,7 +93,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         }
         return {**model.advance(state, x_next, k), "lam": lam}, row
 
-    return model.plan(step, state, {"M": M, "inner_iters": J, "inner": route})
+    return model.plan(step, state, {"M": M, "inner_iters": J, "inner": route}, gap="move")
 
 
 register(

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.errors import ModelError, OptionError
+from fullcomp.errors import CheckpointError, ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem, Params
 from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
@@ -214,6 +214,7 @@ def setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
         objective=objective if oracle.exact else None,
         components={"output": rule},
         info={**info, "decay": None if decay is None else repr(decay)},
+        gap="grad_estimate_norm",
         progress_key="grad_estimate_norm",
     )
 
@@ -364,10 +365,22 @@ class SMAGStepper:
                 p.copy_(values[key])
 
     def state_dict(self) -> dict:
-        return {"state": self.state, "k": self.k, "generator": self.generator.get_state()}
+        """The iterates, step count, generator and hyperparameters (gamma, and the current eta0 and eta1)."""
+        hyperparameters = {"gamma": self.gamma, "eta0": self.eta0, "eta1": self.eta1}
+        return {"state": self.state, "k": self.k, "generator": self.generator.get_state(), **hyperparameters}
 
     def load_state_dict(self, saved: dict) -> None:
+        """Resume from :meth:`state_dict`: gamma must be this stepper's (another gamma is another problem, the
+        Moreau envelope's); the step sizes are taken from the saved dict, as torch.optim takes its lr."""
+        missing = [key for key in ("state", "k", "generator", "gamma", "eta0", "eta1") if key not in saved]
+        if missing:
+            raise CheckpointError(
+                f"the state_dict has no {', '.join(map(repr, missing))}; pass SMAGStepper.state_dict()"
+            )
+        if saved["gamma"] != self.gamma:
+            raise CheckpointError(f"the state_dict's gamma is {saved['gamma']!r}, this stepper's {self.gamma!r}")
         self.state, self.k = saved["state"], saved["k"]
+        self.eta0, self.eta1 = saved["eta0"], saved["eta1"]
         self.generator.set_state(saved["generator"])
 
 

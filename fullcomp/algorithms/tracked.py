@@ -224,7 +224,7 @@ class TrackedModel:
         z = taylor(state["z"], V, self.inner.read(x_next), self.inner.read(state["x"]), value, rho, total)
         return {**state, "x": x_next, "x_prev": state["x"], "V": V, "z": z}
 
-    def plan(self, step: Callable, state: dict, info: dict) -> Plan:
+    def plan(self, step: Callable, state: dict, info: dict, gap: str | None = None) -> Plan:
         """The driver's plan for a method that moves a dense x on this model: its result holds x, V and z."""
         problem, outer, shape = self.problem, self.problem.outer, self.problem.domain.shape
 
@@ -245,6 +245,7 @@ class TrackedModel:
                 problem, lambda s: self.inner.read(s["x"]), lambda s: numpy(s["x"]).reshape(shape)
             ),
             info={**info, "schedule": self.schedule.name},
+            gap=gap,
             sharded=problem.sharded,  # each rank's V is its own: every rank checkpoints
         )
 

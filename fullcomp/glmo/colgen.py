@@ -152,7 +152,8 @@ class ColumnGenerationGLMO:
             if start is None:
                 if entries is not self._all:
                     raise OptionError("a GLMO on entries needs start= (the current point as an atom) on its first call")
-                start = DenseAtom(as_numpy(self.domain.project(as_numpy(y).reshape(self.domain.shape))))
+                point = as_numpy(y).reshape(self.domain.shape)
+                start = DenseAtom(as_numpy(self.domain.project(point)) if self.domain.has_project else point)
             values = start.at(entries)
             self._add(start, values, entries.total(self._matmul(Vm, values)), images, track=track)
         # Every master dual q, a subgradient of F at u = c + V x_master, gives the minorant

@@ -66,6 +66,9 @@ class Plan:
     converged: Callable[[dict], bool] | None = None
     components: dict[str, Any] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    #: The row's column that measures the gap or stationarity (a Frank-Wolfe gap, a gradient norm, the move of
+    #: a proximal step); the shared ``gap_tol`` stops the run with status "converged" once it is below.
+    gap: str | None = None
     progress_key: str = "objective_estimate"
     #: Each rank's state is its own share of the problem (sharded entries): every rank checkpoints it.
     sharded: bool = False
@@ -179,6 +182,7 @@ def drive(
 
     every = run.eval_every
     want_objective = plan.objective is not None
+    metrics: dict[str, None] = dict.fromkeys(info.get("metrics", []))  # the callback's columns, in order
 
     def record(row: dict, at: int, current: dict, last: bool) -> bool:
         """Append a row (with the true objective and the callback's metrics when due); False asks to stop."""
@@ -202,6 +206,7 @@ def drive(
                         f"itself ({', '.join(row)}); return your metrics under other names"
                     )
                 row.update(extra)
+                metrics.update(dict.fromkeys(extra))
             elif extra is not None and extra is not True:
                 history.append(row)
                 raise CallbackError(
@@ -213,6 +218,8 @@ def drive(
 
     def result(status: str) -> Result:
         info.update(iterations=k, optimizer_seconds=watch.elapsed, clock=watch.clock, stopped=status)
+        if metrics:
+            info["metrics"] = list(metrics)
         return plan.finish(state, history, info)
 
     def closing_row() -> None:
@@ -272,7 +279,9 @@ def drive(
             if wants_stop:
                 status = "callback"
                 break
-            if plan.converged is not None and plan.converged(row):
+            if (plan.converged is not None and plan.converged(row)) or (
+                run.gap_tol is not None and row.get(plan.gap, math.inf) <= run.gap_tol
+            ):
                 status = "converged"
                 break
         if not closed:

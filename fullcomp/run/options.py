@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import secrets
 from collections.abc import Callable
@@ -30,6 +31,9 @@ SHARED = {
     "False stops the run",
     "eval_every": "iterations between callback calls and evaluations of the true objective (default: every "
     "iteration for the callback; the objective at the first and last rows only)",
+    "gap_tol": "stop with status 'converged' once the method's gap or stationarity measure "
+    "(result.info['gap_measure']: a Frank-Wolfe gap, a gradient norm, a proximal step's move) is at most this "
+    "positive number; default None",
     "progress": "show a tqdm progress bar with the live estimate (default True)",
     "checkpoint": "a path or fc.Checkpoint(path, every=N, on_mismatch='error'|'restart'); an existing one with "
     "the same fingerprint is resumed",
@@ -51,6 +55,7 @@ class RunOptions:
     progress: bool
     checkpoint: Checkpoint | None
     world: distributed.World = distributed.World()
+    gap_tol: float | None = None
     #: The horizon K that budget-dependent defaults are resolved with (see :attr:`horizon`).
     resolved_horizon: int | None = None
     #: Whether the method read :attr:`horizon`, so that its trajectory depends on it.
@@ -120,6 +125,7 @@ class RunOptions:
             progress=progress and here.writes,
             checkpoint=Checkpoint.coerce(options.get("checkpoint")),
             world=here,
+            gap_tol=check_gap_tol(options.get("gap_tol"), method),
         )
 
 
@@ -128,6 +134,15 @@ RUN_DTYPES = (torch.float32, torch.float64)
 
 #: The largest seed torch.Generator.manual_seed takes (64 bits).
 MAX_SEED = 2**64 - 1
+
+
+def check_gap_tol(value: Any, method: str) -> float | None:
+    """None, or a positive finite number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise OptionError(f"{method}: gap_tol must be a positive number or None, got {value!r}")
+    return float(value)
 
 
 def check_device(value: Any, method: str) -> torch.device:

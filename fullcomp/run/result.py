@@ -34,6 +34,14 @@ class Result:
         raise AttributeError(f"Result has no attribute {name!r}; available: x, history, info, {', '.join(extras)}")
 
     @property
+    def value(self) -> float | None:
+        """The true objective at the returned point, as CVXPY's ``problem.value``: the last row's ``objective``,
+        which the run computes when the problem can (a ``full_batch``, or a deterministic map); else None."""
+        last = self.history[-1] if len(self.history) else {}
+        value = last.get("objective")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
     def status(self) -> str:
         """Why the run stopped: one of :data:`STATUSES`."""
         return self.info.get("stopped", "iterations")

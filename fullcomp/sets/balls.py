@@ -79,6 +79,8 @@ def project_simplex(v: np.ndarray, total: float) -> np.ndarray:
 class L1Ball(Set):
     """{x : sum |x_i| <= radius}, entrywise for any shape."""
 
+    polytope = True
+
     def __init__(self, shape, radius: float = 1.0):
         self.shape = as_shape(shape)
         self.radius = check_radius(radius)

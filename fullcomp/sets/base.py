@@ -62,13 +62,18 @@ class Set(ABC):
 
     ``lmo(d)`` returns a minimizer of <d, x> over X, ``project(p)`` the
     Euclidean projection, ``cvxpy_constraints(var)`` the constraints that
-    define X for a CVXPY variable of ``shape``.
+    define X for a CVXPY variable of ``shape``.  A subclass must give ``shape``,
+    ``diameter`` and ``lmo``; ``project`` and ``cvxpy_constraints`` are optional
+    (the methods that need them raise a DomainError saying so).
     """
 
     shape: tuple[int, ...]
     #: True when ``lmo`` is a closed form or a cheap factorization, so column
     #: generation can call it many times per GLMO.
     cheap_lmo: bool = True
+    #: True when X is a polytope whose ``lmo`` returns one of its finitely many vertices: the away and
+    #: pairwise steps of ``fw`` then keep the iterate as a combination of vertices.
+    polytope: bool = False
     _variable: cp.Variable | None = None
 
     @property
@@ -91,13 +96,37 @@ class Set(ABC):
     def lmo(self, direction: Array) -> Array:
         """A point of X minimizing <direction, x>."""
 
-    @abstractmethod
     def project(self, point: Array) -> Array:
-        """The Euclidean projection of ``point`` onto X."""
+        """The Euclidean projection of ``point`` onto X.
 
-    @abstractmethod
+        Optional: a set known by its LMO alone leaves it out; the methods that project then say so, and
+        the Frank-Wolfe methods (hmsfw, scfw) never call it.
+        """
+        raise DomainError(
+            f"{type(self).__name__} has no project(); PSG and prox-linear (and LiNASA+ICG from a given x0) need "
+            "it: define project(point), or use a projection-free method such as hmsfw"
+        )
+
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
-        """CVXPY constraints stating ``var`` in X."""
+        """CVXPY constraints stating ``var`` in X.
+
+        Optional: only the conic GLMO route (an outer function that reads x, or route='conic') and
+        reference solves need them.
+        """
+        raise DomainError(
+            f"{type(self).__name__} has no cvxpy_constraints(); the conic GLMO route (an outer function that "
+            "reads x, or route='conic') needs them: define cvxpy_constraints(var), or keep F a function of u "
+            "alone so that hmsfw prices atoms with the LMO (column generation)"
+        )
+
+    def _defines(self, method: str) -> bool:
+        """Whether this set's class overrides ``method`` of :class:`Set` (project, contains: both optional)."""
+        return getattr(type(self), method) is not getattr(Set, method)
+
+    @property
+    def has_project(self) -> bool:
+        """Whether :meth:`project` is available (a set known by its LMO alone has none)."""
+        return self._defines("project")
 
     def lmo_unchecked(self, d: np.ndarray) -> np.ndarray:
         """``lmo(d)`` for a finite float64 array of the set's shape, which internal callers hold: on small
@@ -167,16 +196,35 @@ class Set(ABC):
 
     def contains(self, point: Array, tol: float = 1e-9) -> bool:
         p = point.detach().cpu().numpy() if isinstance(point, torch.Tensor) else np.asarray(point, float)
+        if not self.has_project:
+            # A set known by its LMO alone: the one point it is sure of is its own default start (an LMO
+            # point), which CompositeProblem checks when the user gives no x0.
+            known = self.__dict__.get("_lmo_point")
+            if known is not None and p.shape == known.shape and np.array_equal(p, known):
+                return True
+            raise DomainError(
+                f"{type(self).__name__} has neither contains() nor project(), so membership of a point (a given "
+                "x0) cannot be checked: define contains(point, tol) or project(point)"
+            )
         return bool(np.linalg.norm(p - np.asarray(self.project(p))) <= tol * max(1.0, self.diameter))
 
     @property
     def contains_origin(self) -> bool:
+        if not (self.has_project or self._defines("contains")):
+            return False  # unknown for a set given by its LMO alone: its default start is then an LMO point
         return self.contains(np.zeros(self.shape))
 
     def default_point(self) -> np.ndarray:
-        """The start used when the user gives none: the origin, or its projection."""
+        """The start used when the user gives none: the origin, or its projection; for a set with neither
+        ``project`` nor ``contains``, the LMO's point for the all-ones direction (a point of X by definition)."""
         zero = np.zeros(self.shape)
-        return zero if self.contains(zero) else np.asarray(self.project(zero))
+        if self.has_project:
+            return zero if self.contains(zero) else np.asarray(self.project(zero))
+        if self._defines("contains") and self.contains(zero):
+            return zero
+        point = np.asarray(self.lmo(np.ones(self.shape)), dtype=np.float64)
+        self._lmo_point = point
+        return point
 
     def _check(self, a: np.ndarray) -> np.ndarray:
         if a.shape != self.shape:

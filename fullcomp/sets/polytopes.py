@@ -13,6 +13,8 @@ from fullcomp.sets.base import Set, as_shape, check_radius, numeric
 class Box(Set):
     """{x : lower <= x <= upper}, entrywise; bounds are scalars or arrays."""
 
+    polytope = True
+
     def __init__(self, lower, upper, shape=None):
         lower, upper = np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)
         if shape is None:
@@ -53,6 +55,8 @@ class Box(Set):
 
 class Simplex(Set):
     """{x >= 0 : sum x = total} (the probability simplex for total = 1)."""
+
+    polytope = True
 
     def __init__(self, shape, total: float = 1.0):
         self.shape = as_shape(shape)

@@ -32,15 +32,27 @@ validation split by :func:`select_settings` (never on test) and frozen in
 
 from fullcomp.experiments.pauc.cli import add_arguments, run_from_args
 from fullcomp.experiments.pauc.config import METHODS, PROTOCOL, SCHEMA, Workload, check_settings, load, load_config
+from fullcomp.experiments.pauc.losses import (
+    LibAUCStepper,
+    PairModel,
+    PairProblem,
+    pair_objective,
+    pauc_dro_problem,
+    tpauc_cvar_problem,
+    tpauc_kl_problem,
+)
 from fullcomp.experiments.pauc.problem import PAUCProblem, pauc_problem, primal_objective, scores
 from fullcomp.experiments.pauc.runs import bench_pauc, evaluate, run_method, select_settings
 from fullcomp.experiments.pauc.tables import COLUMNS, PAUCRun, plots, summarize, tables
 
 __all__ = [
     "COLUMNS",
+    "LibAUCStepper",
     "METHODS",
     "PAUCProblem",
     "PAUCRun",
+    "PairModel",
+    "PairProblem",
     "PROTOCOL",
     "SCHEMA",
     "Workload",
@@ -50,6 +62,8 @@ __all__ = [
     "evaluate",
     "load",
     "load_config",
+    "pair_objective",
+    "pauc_dro_problem",
     "pauc_problem",
     "plots",
     "primal_objective",
@@ -59,4 +73,6 @@ __all__ = [
     "select_settings",
     "summarize",
     "tables",
+    "tpauc_cvar_problem",
+    "tpauc_kl_problem",
 ]

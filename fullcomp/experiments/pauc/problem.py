@@ -82,6 +82,7 @@ def pauc_problem(
     batch_pos: int = 64,
     batch_neg: int = 64,
     init_seed: int = 0,
+    replace: bool = True,
 ) -> PAUCProblem:
     """Declare problem (9) on training data ``X`` (n, ...) with 0/1 labels ``y`` and sensitive attribute ``a``.
 
@@ -93,6 +94,9 @@ def pauc_problem(
     adversary's ridge; each iteration draws ``batch_pos`` positives and
     ``batch_neg`` negatives (default 64 each, 128 rows as in the paper).
     ``init_seed`` (default 0) seeds the initial weights, the same for every method.
+    ``replace`` (default True) draws the batch's rows with replacement; False draws distinct
+    positives and distinct negatives, as LibAUC's samplers do within an epoch (then a SOPA run fed
+    the same batches follows LibAUC's ``pAUC_CVaR_Loss`` + ``SOPA`` step for step).
     """
     X = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X).float()
     y = np.asarray(y).astype(np.int64).reshape(-1)
@@ -126,9 +130,20 @@ def pauc_problem(
     scale = math.sqrt(batch_pos)
     alpha = float(alpha)
 
+    if not replace and (batch_pos > pos.numel() or batch_neg > neg.numel()):
+        raise OptionError(
+            f"replace=False draws distinct rows: batch_pos={batch_pos} and batch_neg={batch_neg} must not exceed "
+            f"the {pos.numel()} positives and {neg.numel()} negatives"
+        )
+
+    def draw(n: int, size: int, generator: torch.Generator) -> torch.Tensor:
+        if replace:
+            return torch.randint(n, (size,), generator=generator)
+        return torch.randperm(n, generator=generator)[:size]
+
     def sampler(generator: torch.Generator) -> tuple:
-        i = torch.randint(pos.numel(), (batch_pos,), generator=generator)
-        j = neg[torch.randint(neg.numel(), (batch_neg,), generator=generator)]
+        i = draw(pos.numel(), batch_pos, generator)
+        j = neg[draw(neg.numel(), batch_neg, generator)]
         rows = torch.cat([pos[i], j])
         return X[rows], i, groups[rows]
 

@@ -1,0 +1,169 @@
+"""Any registered method one update at a time, for people who own their loop.
+
+``fc.Stepper(problem, method, **options)`` builds the same plan :func:`fc.solve <fullcomp.solve>` drives, and
+``step()`` runs its update once: drawn from the problem's sampler with the run's generator, or on the batch
+given.  Fed the sampler's draws, a stepper follows ``fc.solve``'s iterates exactly.  Like
+``torch.optim.Optimizer.state_dict``, :meth:`Stepper.state_dict` holds the state, the hyperparameters and
+the generator, so that :meth:`Stepper.load_state_dict` can check that it resumes the same run.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+
+from fullcomp.algorithms.method import _plain, planned, validated
+from fullcomp.errors import CheckpointError, OptionError
+from fullcomp.run.history import History
+from fullcomp.run.options import RunOptions
+from fullcomp.run.result import Result
+from fullcomp.run.serial import decode, encode
+
+FORMAT = "fullcomp-stepper-1"
+
+#: The shared options of a stepper: a loop of the user's own has no budget, callback or progress bar of ours.
+STEPPER_OPTIONS = ("seed", "device", "dtype", "x0", "iters")
+
+
+class Stepper:
+    """One update of ``method`` on ``problem`` per :meth:`step`.
+
+    Parameters
+    ----------
+    problem : CompositeProblem or DMaxProblem
+        The problem, of the kind the method accepts.
+    method : str
+        A registered method (``fc.methods()``), built-in or the user's own.
+    **options
+        The method's hyperparameters, and the shared options ``seed``, ``device``, ``dtype`` and ``x0``.
+        ``iters`` is the horizon of the parameters that depend on the budget (a theorem's schedule,
+        LiNASA+ICG's tau); the stepper itself never stops.
+    """
+
+    def __init__(self, problem: Any, method: str, /, **options: Any):
+        spec, hp, problem, shared = validated(problem, method, options)
+        refused = sorted(set(shared) - set(STEPPER_OPTIONS))
+        if refused:
+            raise OptionError(
+                f"Stepper takes the shared options {', '.join(STEPPER_OPTIONS)}; {', '.join(refused)} belong to "
+                "fc.solve's loop (a stepper's loop is yours: save state_dict() to checkpoint it)"
+            )
+        horizon = shared.get("iters")
+        run = RunOptions.resolve(problem, spec.name, {**shared, "iters": horizon or 1})
+        run.resume_horizon(horizon)  # None: a schedule that needs the horizon asks for iters=
+        if run.x0 is not None:
+            problem = problem.with_start(run.x0)
+        self._batch: Any = None
+        problem = self._fed(problem, run.generator)
+        self.spec, self.hyperparameters, self.run, self.problem = spec, hp, run, problem
+        self.plan = planned(spec, problem, hp, run)
+        self.state = self.plan.state
+        self.k = 0
+        self.rows: list[dict] = []
+        self.seconds = 0.0
+
+    def _fed(self, problem: Any, generator: torch.Generator) -> Any:
+        """The problem as the method sees it: the batch given to :meth:`step` in place of the run's draw."""
+        fed = copy.copy(problem)
+        draw = problem.sample
+
+        def sample(gen: torch.Generator) -> Any:
+            if self._batch is None or gen is not generator:  # the run's own draw, or a reference draw elsewhere
+                return draw(gen)
+            return self._batch
+
+        fed.sample = sample
+        return fed
+
+    def _feed(self, batch: Any, psi_batch: Any) -> Any:
+        problem = self.problem
+        if not hasattr(problem, "psi_sampler"):  # a composite problem: one batch
+            if psi_batch is not None:
+                raise OptionError("psi_batch is for a DMaxProblem's psi; a composite problem takes one batch")
+            return batch
+        if psi_batch is None:
+            separate = problem.separate_samplers
+            psi_batch = problem.psi_sampler(self.run.generator) if separate else batch
+        return batch, psi_batch
+
+    def step(self, batch: Any = None, psi_batch: Any = None) -> dict:
+        """One update; returns its history row.
+
+        ``batch`` replaces the sampler's draw for this update (every draw the update makes, when it makes
+        several); ``None`` draws from the sampler with the run's generator.  ``psi_batch`` is psi's batch of
+        a DMax problem (default: ``batch``, or a draw from ``psi_sampler`` when the problem has one).
+        """
+        self._batch = None if batch is None else self._feed(batch, psi_batch)
+        started = time.perf_counter()
+        try:
+            self.state, row = self.plan.step(self.state, self.k)
+        finally:
+            self._batch = None
+        row = {"k": self.k, "time": self.seconds, **row}
+        self.seconds += time.perf_counter() - started
+        self.rows.append(row)
+        self.k += 1
+        return row
+
+    @property
+    def x(self) -> Any:
+        """The current iterate, as the problem declared it (a tensor, a dict of tensors, a module)."""
+        return self.plan.iterate(self.state)
+
+    def result(self) -> Result:
+        """A Result of the updates so far, as ``fc.solve`` would return after as many iterations."""
+        info = {
+            **self.plan.info,
+            "iterations": self.k,
+            "optimizer_seconds": self.seconds,
+            "clock": "wall",
+            "stopped": "callback",
+        }
+        return self.plan.finish(self.state, History(self.rows), info)
+
+    def state_dict(self) -> dict:
+        """The state, hyperparameters, generator and step count as tensors and plain data (``torch.save`` it)."""
+        return {
+            "format": FORMAT,
+            "method": self.spec.name,
+            "hyperparameters": {k: _plain(v) for k, v in sorted(self.hyperparameters.items())},
+            "seed": self.run.seed,
+            "dtype": str(self.run.dtype),
+            "horizon": self.run.resolved_horizon,
+            "k": self.k,
+            "seconds": self.seconds,
+            "state": encode(self.state),
+            "generator": self.run.generator.get_state(),
+            "components": encode({name: obj.state_dict() for name, obj in self.plan.components.items()}),
+            "rows": [dict(r) for r in self.rows],
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Resume from :meth:`state_dict`; a CheckpointError names what differs from this stepper's run."""
+        if not isinstance(state_dict, dict) or state_dict.get("format") != FORMAT:
+            raise CheckpointError(f"not a fullcomp stepper state (no {FORMAT!r} format); pass Stepper.state_dict()")
+        mine = self.state_dict()
+        for key in ("method", "hyperparameters", "dtype", "horizon"):
+            if state_dict.get(key) != mine[key]:
+                raise CheckpointError(
+                    f"the state_dict's {key} is {state_dict.get(key)!r} but this stepper's is {mine[key]!r}; "
+                    "build the stepper with the same method and options"
+                )
+        missing = [key for key in ("k", "state", "generator", "components") if key not in state_dict]
+        if missing:
+            raise CheckpointError(f"the state_dict has no {', '.join(map(repr, missing))}; pass Stepper.state_dict()")
+        state = decode(state_dict["state"])
+        if isinstance(self.plan.state, dict) and isinstance(state, dict):
+            lacking = [key for key in self.plan.state if key not in state]
+            if lacking:
+                raise CheckpointError(f"the state_dict's state has no {', '.join(map(repr, lacking))}")
+        components = decode(state_dict["components"])
+        self.run.generator.set_state(state_dict["generator"])
+        for name, obj in self.plan.components.items():
+            obj.load_state_dict(components[name])
+        self.state, self.k = state, int(state_dict["k"])
+        self.seconds = float(state_dict.get("seconds", 0.0))
+        self.rows = [dict(r) for r in state_dict.get("rows", [])]

@@ -1,0 +1,88 @@
+"""A method written in a user's file, with no fullcomp file touched: the docs' plain stochastic Frank-Wolfe gets
+validation, checkpoints, the stepper, `fullcomp run --method` and a passing contract test."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fullcomp as fc
+from fullcomp.algorithms import method as method_module
+from fullcomp.errors import OptionError
+from fullcomp.testing import check_method, composite_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "extending.md"
+
+
+def method_source() -> str:
+    """The page's first code block: the method's whole module."""
+    text = PAGE.read_text()
+    start = text.index("```python\n") + len("```python\n")
+    return text[start : text.index("```", start)]
+
+
+@pytest.fixture
+def user_method(tmp_path, monkeypatch):
+    monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
+    path = tmp_path / "my_method.py"
+    path.write_text(method_source())
+    spec = importlib.util.spec_from_file_location("my_method", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path
+
+
+def test_the_users_method_passes_the_contract(user_method):
+    check_method("sfw")
+    assert "sfw" in fc.describe() and "gamma_k = c / (k + c)" in fc.describe("sfw")
+
+
+def test_the_users_method_is_validated_and_resumed(user_method, tmp_path):
+    with pytest.raises(OptionError, match="c must be"):
+        fc.solve(composite_problem(), "sfw", iters=2, c=-1.0, progress=False)
+    with pytest.raises(OptionError, match="did you mean 'c'"):
+        fc.solve(composite_problem(), "sfw", iters=2, cc=1.0, progress=False)
+    full = fc.solve(composite_problem(), "sfw", iters=6, seed=2, progress=False)
+    fc.solve(
+        composite_problem(),
+        "sfw",
+        iters=6,
+        seed=2,
+        progress=False,
+        checkpoint=tmp_path / "c.ckpt",
+        callback=lambda it: it.k < 3,
+    )
+    resumed = fc.solve(composite_problem(), "sfw", iters=6, seed=2, progress=False, checkpoint=tmp_path / "c.ckpt")
+    assert resumed.info["resumed_from"] == 4 and torch.equal(resumed.x, full.x)
+
+
+SCRIPT = """
+import sys
+sys.path.insert(0, {folder!r})
+import my_method  # registers "sfw"
+from fullcomp.testing import composite_problem
+
+problem = composite_problem()
+"""
+
+
+def test_fullcomp_run_takes_the_method_a_script_registers(user_method, tmp_path):
+    script = tmp_path / "problem.py"
+    script.write_text(SCRIPT.format(folder=str(user_method.parent)))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "fullcomp", "run", str(script), "--iters", "4", "--no-progress", "--out"]
+    done = subprocess.run(
+        [*command, str(out), "--method", "sfw", "--set", "c=3"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert fc.Result.load(out).info["method"] == "sfw"
+    wrong = subprocess.run(
+        [*command, str(tmp_path / "o2"), "--method", "sfv"], capture_output=True, text=True, timeout=300
+    )
+    assert wrong.returncode == 2 and "did you mean 'sfw'" in wrong.stderr
