@@ -18,7 +18,7 @@ from typing import Any
 
 from fullcomp import distributed
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.run.driver import Plan, drive, resuming
+from fullcomp.run.driver import Plan, drive, resuming, stateful_samplers
 from fullcomp.run.fingerprint import problem_fingerprint
 from fullcomp.run.options import SHARED, RunOptions
 from fullcomp.run.result import Result
@@ -222,8 +222,16 @@ def validated(problem: Any, method: str, options: dict) -> tuple[Method, dict, A
 
 
 def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
-    """The method's plan for this run, with the run's facts in its info."""
+    """The method's plan for this run, with the run's facts in its info.
+
+    A stateful sampler starts the run afresh (``reset()``: what the problem's checks drew is forgotten), and
+    its state is checkpointed with the plan's components, so that a resume continues from its position.
+    """
+    samplers = stateful_samplers(problem)
+    for sampler in samplers.values():
+        sampler.reset()
     plan = spec.setup(problem, hp, run)
+    plan.components = {**plan.components, **samplers}
     if run.gap_tol is not None and plan.gap is None:
         raise OptionError(
             f"{spec.name} has no gap or stationarity measure, so gap_tol cannot stop it; drop gap_tol, or use a "

@@ -95,9 +95,20 @@ def _value_and_gradient(fn: Any, point: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def behaviour(problem: Any, dtype: torch.dtype, device: torch.device) -> str:
     """A hash of what the problem's callables return at its start point on a probe batch (and of the batch)."""
-    from fullcomp.model.composite import CompositeProblem
+    from fullcomp.run.driver import stateful_samplers
 
     generator = torch.Generator(device=device).manual_seed(PROBE_SEED)
+    saved = {name: sampler.state_dict() for name, sampler in stateful_samplers(problem).items()}
+    try:
+        return _probe(problem, dtype, device, generator)
+    finally:  # the probe's draw must not move a stateful sampler on
+        for name, sampler in stateful_samplers(problem).items():
+            sampler.load_state_dict(saved[name])
+
+
+def _probe(problem: Any, dtype: torch.dtype, device: torch.device, generator: torch.Generator) -> str:
+    from fullcomp.model.composite import CompositeProblem
+
     if isinstance(problem, CompositeProblem):
         batch = problem.sample(generator)
         point = problem.x0 if problem.reads is None else problem.x0_at(problem.reads)
