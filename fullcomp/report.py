@@ -66,7 +66,7 @@ class Run:
         recorded = self.summary.get("metrics")
         out = []
         for column in self.history.columns:
-            if (column not in recorded) if isinstance(recorded, list) else (column in STANDARD):
+            if (column not in recorded) if isinstance(recorded, list) else (column in STANDARD or column[:2] == "q["):
                 continue
             try:
                 if np.isfinite(self.history.column(column)).any():
@@ -268,8 +268,9 @@ def table(runs: list[Run]) -> str:
 
 
 def plot(runs: list[Run], folder: str | os.PathLike) -> list[Path]:
-    """Save ``objective.png``, ``gap.png`` (log scale) and one ``<metric>.png`` per evaluated metric
-    into ``folder``; every curve is one run against optimizer seconds."""
+    """Save ``objective.png``, ``gap.png`` (log scale), one ``<metric>.png`` per evaluated metric, and the
+    adversary's weights of each run that recorded them (:func:`plot_weights`) into ``folder``; every curve is
+    against optimizer seconds."""
     # Figure without pyplot: no global backend state, works headless.
     from matplotlib.figure import Figure
 
@@ -302,4 +303,32 @@ def plot(runs: list[Run], folder: str | os.PathLike) -> list[Path]:
         path = folder / filename
         fig.savefig(path, dpi=120)
         saved.append(path)
+    saved += [plot_weights(run, folder, len(runs) > 1) for run in runs if weight_columns(run)]
     return saved
+
+
+def weight_columns(run: Run) -> list[str]:
+    """The history's columns of the weights F puts on each inner value: q[0], q[1], ..."""
+    return [c for c in run.history.columns if c.startswith("q[") and c.endswith("]")]
+
+
+def plot_weights(run: Run, folder: Path, named: bool) -> Path:
+    """``weights.png`` (``weights-<run>.png`` among several runs): the adversary's weight on each inner value
+    (each group's loss) against optimizer seconds, at the rows where the run evaluated them."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    t = run.history.column("time")
+    for column in weight_columns(run):
+        v = run.history.column(column)
+        keep = np.isfinite(t) & np.isfinite(v)
+        ax.plot(t[keep], v[keep], label=column, marker="." if keep.sum() < 30 else None)
+    ax.set_xlabel("optimizer seconds")
+    ax.set_ylabel("weight on the inner value")
+    ax.set_title(f"{run.name} ({run.method})" if named else f"the adversary's weights ({run.method})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", ncol=2 if len(weight_columns(run)) > 8 else 1)
+    path = folder / (f"weights-{run.name.replace('/', '-')}.png" if named else "weights.png")
+    fig.savefig(path, dpi=120)
+    return path

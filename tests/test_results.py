@@ -51,3 +51,62 @@ def test_gap_tol_is_refused_where_there_is_no_measure():
         fc.solve(dc(), "sgd", eta=0.05, iters=3, gap_tol=1e-3, progress=False)
     with pytest.raises(fc.errors.OptionError, match="gap_tol must be a positive number"):
         fc.solve(composite(), "hmsfw", iters=3, gap_tol=-1.0, progress=False)
+
+
+# ---- the adversary's weights -------------------------------------------------------------------------------
+
+
+def deterministic(outer_of):
+    import cvxpy as cp
+    import torch
+
+    A = torch.randn(5, 8, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    u = fc.inner_value(5)
+    return fc.CompositeProblem(outer_of(u, cp), lambda x, _: torch.nn.functional.softplus(A @ x - 0.3), fc.Simplex(8))
+
+
+def cvar_weights_by_cvxpy(value, alpha):
+    """The dual of u == value in the Rockafellar-Uryasev program min_t t + sum(max(u - t, 0)) / (alpha n)."""
+    import cvxpy as cp
+
+    n = len(value)
+    u, t = cp.Variable(n), cp.Variable()
+    link = u == value
+    cp.Problem(cp.Minimize(t + cp.sum(cp.pos(u - t)) / (alpha * n)), [link]).solve(solver="CLARABEL")
+    return -link.dual_value
+
+
+@pytest.mark.parametrize("method", ["hmsfw-exact", "psg", "prox-linear"])
+def test_the_weights_of_a_cvar_are_cvxpys_dual_at_the_tracked_value(method):
+    import numpy as np
+
+    problem = deterministic(lambda u, cp: fc.cvar(u, 0.4))
+    result = fc.solve(problem, method, iters=6, eval_every=2, progress=False)
+    z = result.z.detach().cpu().numpy()
+    np.testing.assert_allclose(result.weights, cvar_weights_by_cvxpy(z, 0.4), atol=1e-6)
+    assert result.weights.sum() == pytest.approx(1.0) and (result.weights >= -1e-12).all()
+    rows = [r for r in result.history.rows if "q[0]" in r]
+    assert [r["k"] for r in rows] == [0, 2, 4, 6]  # where the run evaluates: the first row, every eval_every, last
+    assert [rows[-1][f"q[{i}]"] for i in range(5)] == list(result.weights)
+
+
+def test_the_weights_of_any_f_are_a_subgradient_matching_the_closed_form():
+    import numpy as np
+    from scipy.special import softmax
+
+    # F(u) = log sum exp(u) has gradient softmax(u): no closed form is attached, so CVXPY's dual answers.
+    problem = deterministic(lambda u, cp: cp.log_sum_exp(u))
+    result = fc.solve(problem, "hmsfw-exact", iters=4, progress=False)
+    # The exponential cone's duals are as accurate as the interior-point solver (about 1e-5 here).
+    np.testing.assert_allclose(result.weights, softmax(result.z.numpy()), atol=1e-4)
+
+
+def test_the_weights_are_saved_loaded_and_plotted(tmp_path):
+    problem = deterministic(lambda u, cp: cp.max(u))
+    result = fc.solve(problem, "hmsfw-exact", iters=4, progress=False)
+    loaded = fc.Result.load(result.save(tmp_path / "run"))
+    assert list(loaded.weights) == list(result.weights)
+    (run,) = report.find_runs(tmp_path)
+    assert run.metrics() == [] and report.weight_columns(run) == [f"q[{i}]" for i in range(5)]
+    paths = report.plot([run], tmp_path)
+    assert tmp_path / "weights.png" in paths and (tmp_path / "weights.png").stat().st_size > 0

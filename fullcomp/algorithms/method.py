@@ -241,9 +241,28 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
     plan.info = {**plan.info, "method": spec.name, "seed": run.seed, "device": str(run.device), "dtype": str(run.dtype)}
     if plan.gap is not None:
         plan.info["gap_measure"] = plan.gap
+    if plan.weights is None and isinstance(plan.state, dict) and "z" in plan.state and hasattr(problem, "outer"):
+        plan.weights = outer_weights(problem, plan)
     if run.horizon_used:
         plan.info["horizon"] = run.resolved_horizon
     return plan
+
+
+def outer_weights(problem: Any, plan: Plan) -> Callable[[dict], Any]:
+    """The weights F puts on each inner value at a state's tracked value z (and its iterate, when F reads x)."""
+    from fullcomp.glmo.subgradient import OuterCalculus
+
+    calculus = OuterCalculus(problem.outer)
+
+    def weights(state: dict) -> Any:
+        z = state["z"]
+        z = z.detach().cpu().double().numpy() if hasattr(z, "detach") else z
+        if not problem.outer.depends_on_x:
+            return calculus.weights(z)
+        x = plan.iterate(state)
+        return calculus.weights(z, x.detach().cpu().double().numpy() if hasattr(x, "detach") else x)
+
+    return weights
 
 
 def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:

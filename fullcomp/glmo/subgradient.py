@@ -30,6 +30,7 @@ from cvxpy.transforms.partial_optimize import PartialProblem
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.composite import Outer
+from fullcomp.model.outer import WEIGHTS
 from fullcomp.sets.balls import project_simplex
 
 SMOOTHINGS = ("auto", "lse", "moreau")
@@ -125,6 +126,14 @@ class OuterCalculus:
         solvers.solve(problem, "subgradient of the outer function")
         g_x = None if link_x is None else -np.asarray(link_x.dual_value, dtype=np.float64).reshape(-1)
         return OuterGradient(float(problem.value), -np.asarray(link_u.dual_value, dtype=np.float64), g_x)
+
+    def weights(self, u: Any, x: Any = None) -> np.ndarray:
+        """The weights F puts on each inner value at (u, x), g_u: the adversary's q for a worst case, a CVaR, a
+        DRO risk.  A named risk's closed form (``fc.risk_weights``) where F is one, else the subgradient's."""
+        closed = getattr(self.outer.expr, WEIGHTS, None)
+        if closed is not None and not self.outer.depends_on_x:
+            return np.asarray(closed(self._u(u)), dtype=np.float64)
+        return self.subgradient(u, x).u
 
     def _compile_subgradient(self) -> tuple:
         outer = self.outer

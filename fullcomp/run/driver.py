@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
@@ -29,6 +30,9 @@ from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
 
 Step = Callable[[dict, int], "tuple[dict, dict]"]
+
+#: Up to this many inner values, the history holds the weights F puts on each (columns q[0], q[1], ...).
+WEIGHT_COLUMNS = 64
 
 
 @dataclass
@@ -53,7 +57,8 @@ class Plan:
     ``finish(state, history, info)`` the Result; ``observe(state, k)`` the row
     of the final state (outside optimizer time); ``objective(state)`` the true
     objective when the problem can compute it (else None); ``converged(row)``
-    stops the run with status "converged"; ``components`` have
+    stops the run with status "converged"; ``weights(state)`` the weights F puts on each inner value at the
+    state's tracked u (recorded with the true objective, and in ``result.weights``); ``components`` have
     ``state_dict``/``load_state_dict`` and are checkpointed with the state.
     """
 
@@ -64,6 +69,7 @@ class Plan:
     observe: Callable[[dict, int], dict] | None = None
     objective: Callable[[dict], float] | None = None
     converged: Callable[[dict], bool] | None = None
+    weights: Callable[[dict], Any] | None = None
     components: dict[str, Any] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     #: The row's column that measures the gap or stationarity (a Frank-Wolfe gap, a gradient norm, the move of
@@ -194,11 +200,18 @@ def drive(
     every = run.eval_every
     want_objective = plan.objective is not None
     metrics: dict[str, None] = dict.fromkeys(info.get("metrics", []))  # the callback's columns, in order
+    weights: dict[int, np.ndarray] = {}  # iteration -> the weights F puts on the inner values there
 
     def record(row: dict, at: int, current: dict, last: bool) -> bool:
-        """Append a row (with the true objective and the callback's metrics when due); False asks to stop."""
-        if want_objective and (last or at == 0 or (every is not None and at % every == 0)):
+        """Append a row (with the true objective, the weights and the callback's metrics when due); False asks
+        to stop."""
+        due = last or at == 0 or (every is not None and at % every == 0)
+        if want_objective and due:
             row["objective"] = plan.objective(current)
+        if plan.weights is not None and due:
+            q = weights[at] = np.asarray(plan.weights(current), dtype=np.float64)
+            if q.size <= WEIGHT_COLUMNS:
+                row.update({f"q[{i}]": float(v) for i, v in enumerate(q)})
         stop = False
         if run.callback is not None and (last or at % (every or 1) == 0):
             try:
@@ -231,7 +244,10 @@ def drive(
         info.update(iterations=k, optimizer_seconds=watch.elapsed, clock=watch.clock, stopped=status)
         if metrics:
             info["metrics"] = list(metrics)
-        return plan.finish(state, history, info)
+        result = plan.finish(state, history, info)
+        if k in weights:
+            result.weights = weights[k]
+        return result
 
     def closing_row() -> None:
         """The row of the last complete state, outside optimizer time."""

@@ -25,6 +25,9 @@ class Result:
 
     def __init__(self, x: torch.Tensor, history: History, info: dict, **extras: Any):
         self.x, self.history, self.info = x, history, info
+        #: The weights F puts on each inner value at the final tracked u (the adversary's q of a worst case,
+        #: a CVaR, a DRO risk), for a composite problem; None otherwise.
+        self.weights: np.ndarray | None = None
         self.extras = extras
 
     def __getattr__(self, name: str) -> Any:
@@ -52,7 +55,8 @@ class Result:
 
     def summary(self) -> dict:
         last = self.history[-1] if len(self.history) else {}
-        return {**{k: plain(v) for k, v in self.info.items()}, "status": self.status, "final": last}
+        weights = {} if self.weights is None else {"weights": [float(v) for v in self.weights]}
+        return {**{k: plain(v) for k, v in self.info.items()}, "status": self.status, **weights, "final": last}
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` into ``folder``
@@ -92,7 +96,7 @@ class Result:
             raise DataError(
                 f"{folder} is not a saved fullcomp run ({exc}); pass a folder written by Result.save"
             ) from None
-        info = {k: v for k, v in summary.items() if k not in ("final", "status")}
+        info = {k: v for k, v in summary.items() if k not in ("final", "status", "weights")}
         x, extras = None, {}
         try:
             if (folder / "x.npy").exists():
@@ -108,7 +112,10 @@ class Result:
                 f"{folder / name} is not an array file fullcomp can read without running code ({exc}); "
                 "write it with Result.save, or remove it"
             ) from None
-        return cls(x, history, info, **extras)
+        result = cls(x, history, info, **extras)
+        if isinstance(summary.get("weights"), list):
+            result.weights = np.asarray(summary["weights"], dtype=np.float64)
+        return result
 
     def __repr__(self) -> str:
         method, iterations = self.info.get("method"), self.info.get("iterations")
