@@ -6,7 +6,7 @@ from typing import Any
 
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.affine import AffineGLMO
-from fullcomp.glmo.base import GLMOResult
+from fullcomp.glmo.base import GLMO, GLMOResult
 from fullcomp.glmo.colgen import ColumnGenerationGLMO
 from fullcomp.glmo.conic import ConicGLMO
 from fullcomp.model.composite import Outer
@@ -17,7 +17,7 @@ ROUTES = ("auto", "affine", "conic", "colgen")
 
 def build_glmo(
     outer: Any, domain: Set, route: str = "auto", pool: int = 30, device: Any = None
-) -> AffineGLMO | ConicGLMO | ColumnGenerationGLMO:
+) -> GLMO:
     """Build the GLMO ``min_{x in X} F(z + V (x - y), x)`` for an outer function and a set.
 
     ``route="auto"`` takes one LMO when F is affine in the placeholder alone,
@@ -43,4 +43,4 @@ def build_glmo(
     return ConicGLMO(outer, domain)
 
 
-__all__ = ["build_glmo", "GLMOResult", "AffineGLMO", "ConicGLMO", "ColumnGenerationGLMO"]
+__all__ = ["build_glmo", "GLMO", "GLMOResult", "AffineGLMO", "ConicGLMO", "ColumnGenerationGLMO"]

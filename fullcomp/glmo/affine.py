@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from fullcomp.glmo.base import (
+    GLMO,
     GLMOResult,
+    Request,
     check_finite,
-    check_tol,
     hint_from,
     hint_state,
     model_inputs,
@@ -21,7 +22,7 @@ from fullcomp.sets.atoms import Atom, DenseAtom, Entries
 from fullcomp.sets.base import Set
 
 
-class AffineGLMO:
+class AffineGLMO(GLMO):
     """min_{x in X} a @ (c + V x) + b is attained at the atom lmo(V^T a): one LMO call, exact up to the LMO's own
     accuracy, so the certified gap is 0 and ``tol``/``max_calls`` never bind."""
 
@@ -34,21 +35,10 @@ class AffineGLMO:
         self.hint: Atom | None = None  # the last atom warm-starts iterative LMOs
         self._all: Entries | None = None
 
-    def solve(
-        self,
-        z: Any,
-        V: Any,
-        y: Any,
-        tol: float | None = None,
-        max_calls: int | None = None,
-        entries: Entries | None = None,
-        start: Atom | None = None,
-        revision: Any = None,
-        track: Entries | None = None,
-    ) -> GLMOResult:
+    def _solve(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
         """Solve the GLMO for the model z + V (x - y); arguments as for column generation (one LMO keeps no
         products with V, so ``revision`` does not apply)."""
-        check_tol(tol, max_calls)
+        tol, max_calls, entries, start, revision, track = request
         dense = entries is None
         if dense:
             self._all = self._all or Entries.all(self.domain.shape)

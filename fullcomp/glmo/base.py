@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,88 @@ from fullcomp.sets.base import Set
 
 #: The tolerance a GLMO aims at when called without ``tol``: this times ``max(1, |value|)``.
 DEFAULT_REL_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a GLMO call asks beyond the model z + V (x - y): see :meth:`GLMO.solve`."""
+
+    tol: float | None = None
+    max_calls: int | None = None
+    entries: Entries | None = None
+    start: Atom | None = None
+    revision: Any = None
+    track: Entries | None = None
+
+    def __iter__(self):
+        """The fields in order, as they are (``dataclasses.astuple`` would copy the entries and atoms)."""
+        return iter((self.tol, self.max_calls, self.entries, self.start, self.revision, self.track))
+
+
+class GLMO(ABC):
+    """A generalized LMO, ``min_{x in X} F(z + V (x - y), x)``, with a certificate: the protocol of every route.
+
+    ``route`` names it ("affine", "conic", "colgen"); :meth:`solve` is the one call; ``state_dict`` and
+    ``load_state_dict`` hold what carries from one call to the next (a warm start, an atom pool), which a
+    checkpoint saves.
+    """
+
+    route: str
+
+    def solve(
+        self,
+        z: Any,
+        V: Any,
+        y: Any,
+        tol: float | None = None,
+        max_calls: int | None = None,
+        entries: Entries | None = None,
+        start: Atom | None = None,
+        revision: Any = None,
+        track: Entries | None = None,
+    ) -> GLMOResult:
+        """Solve the GLMO for the model z + V (x - y).
+
+        Parameters
+        ----------
+        z, V, y : arrays or tensors
+            The model: z of shape (n,), V of shape (n, d), y of shape (d,) (d: the entries read).
+        tol : float, optional
+            The gap to certify; default ``DEFAULT_REL_TOL * max(1, |value|)``.  The conic route solves once
+            and only reports whether its certificate meets it.
+        max_calls : int, optional
+            Column generation's budget of pricing LMOs (a fixed budget instead of a certificate).
+        entries : Entries, optional
+            The model reads x only there: V is (n, len(entries)), y and ``result.x`` hold the values there.
+            Sharded entries (a rank's rows) make every sum over entries a sum over the ranks too.
+        start : Atom, optional
+            y as an atom: seeds column generation's empty pool.
+        revision : Revision, optional
+            Names V and how it came from an earlier call's V: column generation then carries the pooled
+            atoms' images V a_j over.
+        track : Entries, optional
+            Further entries (not read by the model) where ``result.x`` is wanted too, after those of
+            ``entries``.
+
+        Returns
+        -------
+        GLMOResult
+            The point, the model's value there, a certified bound on its gap, and the oracle calls spent.
+        """
+        check_tol(tol, max_calls)
+        return self._solve(z, V, y, Request(tol, max_calls, entries, start, revision, track))
+
+    @abstractmethod
+    def _solve(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
+        """The route's own solve, on checked tolerances."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """What carries from one call to the next, as checkpointable data."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> None:
+        """Take back :meth:`state_dict`."""
 
 
 def pass_hint(previous: Atom | None, current: Atom | None) -> Atom | None:

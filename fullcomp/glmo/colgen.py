@@ -12,10 +12,11 @@ import torch
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.glmo.base import (
+    GLMO,
     GLMOResult,
+    Request,
     affine_model,
     as_numpy,
-    check_tol,
     hint_from,
     hint_state,
     pass_hint,
@@ -45,7 +46,7 @@ SMOOTHING = 0.5
 TAGS = itertools.count()
 
 
-class ColumnGenerationGLMO:
+class ColumnGenerationGLMO(GLMO):
     """Solve min_{x in X} F(c + V x) over the convex hull of pooled atoms, adding
     the atom ``domain.lmo(V^T q)`` priced at a dual q until the certified gap
     (the master's value less the best sure lower bound the pricing calls gave)
@@ -108,31 +109,14 @@ class ColumnGenerationGLMO:
         self._ritz: RitzSubspace | None = None  # the domain's heuristic pricer, when it has one
         self._ritz_state: dict | None = None  # a loaded pricer's state, until its entries are known
 
-    def solve(
-        self,
-        z: Any,
-        V: Any,
-        y: Any,
-        tol: float | None = None,
-        max_calls: int | None = None,
-        entries: Entries | None = None,
-        start: Atom | None = None,
-        revision: Revision | None = None,
-        track: Entries | None = None,
-    ) -> GLMOResult:
-        """Solve the GLMO for the model z + V (x - y).
+    def _solve(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
+        """Column generation: the master over the pool, priced until its gap is certified (or the budget spent).
 
-        With ``entries``, the model reads x only there: V is (n, len(entries)),
-        y holds the iterate's values there, and ``result.x`` the solution's.  Sharded entries (a rank's
-        rows) make every sum over entries a sum over the ranks too; the master, solved identically on every
-        rank from the same all-reduced images, needs no broadcast.
-        ``start`` (y as an atom) seeds an empty pool.  ``revision`` names V and says how it came from the
-        V of an earlier call: the pooled atoms' images V a_j are then carried over from that call.
-        ``track``: further entries (not read by the model) where ``result.x`` is wanted too, after those of
-        ``entries``; the pool keeps its atoms' values there, so x costs one product instead of an evaluation
-        of every atom it combines.
+        On sharded entries the master is solved identically on every rank from the same all-reduced images,
+        so it needs no broadcast; at ``track`` the pool keeps its atoms' values, so x there costs one product
+        instead of an evaluation of every atom it combines.
         """
-        check_tol(tol, max_calls)
+        tol, max_calls, entries, start, revision, track = request
         max_calls = DEFAULT_MAX_CALLS if max_calls is None else int(max_calls)
         if entries is None:
             self._all = self._all or Entries.all(self.domain.shape)

@@ -9,13 +9,13 @@ import numpy as np
 
 from fullcomp import solvers
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.glmo.base import GLMOResult, affine_model, check_tol, linear_certificate, target_gap
+from fullcomp.glmo.base import GLMO, GLMOResult, Request, affine_model, linear_certificate, target_gap
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import DenseAtom, Entries
 from fullcomp.sets.base import Set
 
 
-class ConicGLMO:
+class ConicGLMO(GLMO):
     """min F(u, x) s.t. u = c + V vec(x), x in X, with c and V as parameters.
 
     ``c = z - V y`` is one parameter because ``V @ (x - y)`` with both V and y
@@ -49,25 +49,14 @@ class ConicGLMO:
             self._compiled = (entries, problem, link, c, V)
         return self._compiled[1:]
 
-    def solve(
-        self,
-        z: Any,
-        V: Any,
-        y: Any,
-        tol: float | None = None,
-        max_calls: int | None = None,
-        entries: Entries | None = None,
-        start: Any = None,
-        revision: Any = None,
-        track: Entries | None = None,
-    ) -> GLMOResult:
+    def _solve(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
         """Solve the GLMO for the model z + V (x - y) with one conic solve; ``max_calls``, ``start`` and
         ``revision`` do not apply here, and ``tol`` only decides ``result.converged`` (the solver's accuracy is fixed).
 
         With ``entries`` the model reads x only there (V is (n, len(entries))); ``result.x`` is x there and
         then at ``track``.
         """
-        check_tol(tol, max_calls)
+        tol, max_calls, entries, start, revision, track = request
         if entries is not None and entries.sharded:
             raise OptionError("the conic GLMO needs every entry on one rank; a sharded problem takes route='colgen'")
         entries = self._all if entries is None else entries

@@ -41,22 +41,38 @@ class ConicMaster:
 
         data, _, _ = cp.Problem(cp.Minimize(outer.expr)).get_problem_data(cp.CLARABEL)
         self.n = outer.n
-        self.A_F = sp.csc_matrix(data["A"]).toarray()
+        # F's matrices in canonical CSC form (duplicates summed, zeros dropped, rows sorted): the entries a
+        # dense copy converted back would hold, without the dense copy (1,000 x 1,001 for a CVaR of 500).
+        A_F = self._A_F = _canonical(data["A"])
+        self.m_F = A_F.shape[0]
         self.b_F = np.asarray(data["b"], dtype=np.float64)
         self.c_F = np.asarray(data["c"], dtype=np.float64)
-        self.P_F = sp.csc_matrix(data["P"]).toarray() if "P" in data else None
+        self.P_F = _canonical(data["P"]) if "P" in data else None
+        if self.P_F is not None and self.P_F.nnz == 0:
+            self.P_F = None  # a zero P is no P
         start = data[cp.settings.PARAM_PROB].var_id_to_col[outer.u.id]
-        self.nv = self.A_F.shape[1]
-        self.select_u = np.zeros((self.n, self.nv))
-        self.select_u[np.arange(self.n), start + np.arange(self.n)] = 1.0
+        self.nv = A_F.shape[1]
+        select_u = self._select_u = sp.csc_matrix(
+            (np.ones(self.n), (np.arange(self.n), start + np.arange(self.n))), shape=(self.n, self.nv)
+        )
         self.cones_F = dims_to_solver_cones(data["dims"])
         self._clarabel = clarabel
         # The columns of v in CSC form, rows of A_F flagged: they sit below the k rows of w >= 0.
-        fixed = sp.csc_matrix(np.vstack([self.select_u, np.zeros((1, self.nv)), self.A_F]))
+        fixed = _canonical(sp.vstack([select_u, sp.csc_matrix((1, self.nv)), A_F], format="csc"))
         self._v_indptr, self._v_data = fixed.indptr, fixed.data
         self._v_rows, self._v_below = fixed.indices, fixed.indices > self.n
         self._P = {}  # k -> the upper triangle of P in CSC form
         self._A: dict[int, sp.csc_matrix] = {}  # k -> A for images without zeros, refilled by each solve
+
+    @property
+    def A_F(self) -> np.ndarray:
+        """F's constraint matrix, dense (for inspection; the programs are built from the sparse one)."""
+        return self._A_F.toarray()
+
+    @property
+    def select_u(self) -> np.ndarray:
+        """The (n, nv) 0/1 matrix picking u out of F's variables v, dense."""
+        return self._select_u.toarray()
 
     def _matrices(self, images: np.ndarray) -> tuple[sp.csc_matrix, sp.csc_matrix]:
         """P and A of the program with these images, built in CSC form: the same matrices as a dense
@@ -75,11 +91,13 @@ class ConicMaster:
             A = held
             np.negative(images.T, out=A.data[: k * (n + 2)].reshape(k, n + 2)[:, :n])
         P = self._P.get(k)
-        if P is None:
-            P = np.zeros((k + self.nv, k + self.nv))
-            if self.P_F is not None:
-                P[k:, k:] = self.P_F
-            P = self._P[k] = sp.csc_matrix(np.triu(P))
+        if P is None:  # zero on w: F's P, upper triangle, in the block of v
+            size = k + self.nv
+            if self.P_F is None:
+                P = sp.csc_matrix((size, size))
+            else:
+                P = _canonical(sp.block_diag([sp.csc_matrix((k, k)), sp.triu(self.P_F)], format="csc"))
+            self._P[k] = P
         return P, A
 
     def _assemble(self, images: np.ndarray) -> sp.csc_matrix:
@@ -92,7 +110,7 @@ class ConicMaster:
         indptr = np.concatenate([w_indptr, w_indptr[-1] + self._v_indptr[1:]])
         indices = np.concatenate([rows.T[keep], self._v_rows + k * self._v_below])
         data = np.concatenate([values.T[keep], self._v_data])
-        return sp.csc_matrix((data, indices, indptr), shape=(n + 1 + k + self.A_F.shape[0], k + self.nv))
+        return sp.csc_matrix((data, indices, indptr), shape=(n + 1 + k + self.m_F, k + self.nv))
 
     def solve(self, c: np.ndarray, images: np.ndarray) -> MasterSolution | None:
         """Weights on the columns of ``images`` (n, k) minimizing F(c + images @ w) over the simplex.
@@ -117,3 +135,15 @@ class ConicMaster:
             return None
         x, z = np.asarray(solution.x), np.asarray(solution.z)
         return MasterSolution(weights=x[:k], q=-z[:n])
+
+
+def _canonical(matrix) -> sp.csc_matrix:
+    """``matrix`` in canonical CSC form, 32-bit indices: what ``sp.csc_matrix(matrix.toarray())`` gives
+    (duplicates summed, explicit zeros dropped, rows sorted), without the dense array."""
+    out = sp.csc_matrix(matrix, dtype=np.float64, copy=True)
+    out.sum_duplicates()
+    out.eliminate_zeros()
+    out.sort_indices()
+    if out.indices.dtype != np.int32 and max(out.shape) < 2**31 and out.nnz < 2**31:
+        out.indices, out.indptr = out.indices.astype(np.int32), out.indptr.astype(np.int32)
+    return out
