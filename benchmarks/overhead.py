@@ -12,9 +12,10 @@ Two floors per problem: the loop taking its gradient by ``torch.autograd.grad`` 
 given a torch map) and, for least squares, by the closed form A^T (A x - b) (what copt does).  fullcomp's
 time is optimizer time (``result.info["optimizer_seconds"]``, evaluation and logging excluded) and wall
 time of the whole call after its first iteration; the set-up (building the problem, then the run before its
-first iteration, the first sample and the objective at x0 included) is printed separately.  Rounds
-alternate, and medians are printed, so load on the shared machine hits every contender alike.  Final
-iterates are compared with the floor's.
+first iteration, the first sample and the objective at x0 included) is printed separately.  It follows
+other problems in one process, so a fresh process's one-off costs (lazy imports) are not in it:
+benchmarks/first_update.py measures those.  Rounds alternate, and medians are printed, so load on the
+shared machine hits every contender alike.  Final iterates are compared with the floor's.
 
     python benchmarks/overhead.py               # all problems
     python benchmarks/overhead.py --quick       # the small problems only

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.func import grad_and_value
 
 from fullcomp.errors import ModelError, OptionError, SolverError
 from fullcomp.model.dmax import DMaxProblem, Params, check_scalar, to_run
@@ -171,8 +170,8 @@ class MaxOracle:
             return check_scalar(out, name, "while computing stationarity", SolverError)
 
         self.value = value
-        self.grad_x = grad_and_value(value, argnums=0)
-        self.grad_d = grad_and_value(value, argnums=1)
+        self.grad_x = grad_and_value(value, argnum=0)
+        self.grad_d = grad_and_value(value, argnum=1)
         self.d = None
         if dual is not None:
             self.d = self.project(dual.flat(DTYPE, "cpu"))
@@ -224,6 +223,25 @@ class MaxOracle:
             stacklevel=2,
         )
         return d
+
+
+def grad_and_value(fn: Callable[..., torch.Tensor], argnum: int) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """``fn``'s gradient in argument ``argnum`` and its value (a 0-d tensor), by one plain backward pass.
+
+    What ``torch.func.grad_and_value`` gives, without its first call's import of ``torch._dynamo`` (1 to 2 s,
+    more than the measure of a small problem takes) and its per-call wrapping; the other arguments are
+    constants.  A value that does not depend on the argument has gradient zero.
+    """
+
+    def both(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        args = list(args)
+        leaf = args[argnum] = args[argnum].detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = fn(*args)
+        grad = torch.autograd.grad(value, leaf, allow_unused=True)[0] if value.requires_grad else None
+        return (torch.zeros_like(leaf) if grad is None else grad), value.detach()
+
+    return both
 
 
 def proximal_point(

@@ -177,3 +177,107 @@ def test_the_deterministic_method_reads_phi_off_its_exact_value(with_x, full_bat
     last = tracked.history.rows[-1]
     assert last["objective"] == pytest.approx(problem.objective(tracked.x.numpy()), rel=1e-13, abs=1e-13)
     assert last["objective"] != last["objective_estimate"]
+
+
+# ---- no compiler on the way to the first update ---------------------------------------------------
+
+_FIRST_UPDATE = """
+import json, sys
+steps = []
+def seen(step):
+    steps.append([step, "torch._dynamo" in sys.modules])
+import cvxpy as cp, torch, fullcomp as fc
+seen("import fullcomp")
+W = torch.rand(5, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+def group_losses(x, noise): return ((x - W) ** 2).sum(dim=1) + noise @ x
+def sampler(gen): return 0.1 * torch.randn(5, 20, generator=gen, dtype=torch.float64)
+u = fc.inner_value(5)
+problem = fc.CompositeProblem(outer=fc.cvar(u, 0.4), inner=group_losses, domain=fc.Simplex(20), sampler=sampler)
+seen("building the README's problem (its gradient check)")
+fc.hmsfw(problem, iters=1, seed=0, progress=False)
+seen("its first update")
+V = torch.rand(50, 20, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+wide = fc.CompositeProblem(cp.max(fc.inner_value(50)), lambda x, b: (x - V).pow(2).sum(1), fc.Simplex(20))
+fc.hmsfw(wide, iters=1, seed=0, progress=False)
+seen("a map of 50 outputs, built and updated")
+net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)).double()
+X = torch.randn(8, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+def phi(model, y, batch): return (model(batch).squeeze(-1) ** 2).mean() * (1 + y.sum()) - y @ y
+dmax = fc.DMaxProblem(phi, x0=net, y0=torch.zeros(2, dtype=torch.float64), Y=fc.L2Ball(2, 1.0), full_batch=X)
+res = fc.smag(dmax, iters=1, gamma=0.1, eta0=0.1, eta1=0.1, seed=0, progress=False)
+fc.stationarity(dmax, res.x, 0.1, max_iter=5)
+seen("a DMax problem's first update and its stationarity measure")
+print(json.dumps(steps))
+"""
+
+
+def test_the_first_update_imports_no_compiler():
+    """torch.func's grad, vjp and jacrev, and forward mode, import torch._dynamo on their first call: 1 to 2 s of a
+    fresh process whose first update of the README's problem otherwise takes 0.03 s.  No step up to a first
+    update may pay it (a fresh interpreter, so no earlier test has paid it already; no clock is read)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FIRST_UPDATE], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(steps) == 5
+    assert [step for step, imported in steps if imported] == []
+
+
+@pytest.mark.parametrize("n", [ROWS_BY_BACKWARD + 1, 7, 50])
+def test_batched_rows_equal_jacrev_to_the_bit(n):
+    """Above ROWS_BY_BACKWARD outputs the backward passes run as one (vmap over the engine): jacrev's Jacobian,
+    so runs keep their trajectories, for maps reading x through broadcasts, products and selections."""
+    from fullcomp.oracles.jacobian import jacobian
+
+    gen = torch.Generator().manual_seed(n)
+    A = torch.randn(4 * n, 30, dtype=torch.float64, generator=gen)
+    W = torch.randn(n, 30, dtype=torch.float64, generator=gen)
+    maps = [
+        lambda x: ((x - W) ** 2).sum(dim=1) + W @ x,
+        lambda x: ((A @ x - 1) ** 2).reshape(n, 4).mean(1),
+        lambda x: torch.stack([torch.tanh(A[4 * i : 4 * i + 4] @ x).abs().max() for i in range(n)]),
+        lambda x: (
+            torch.nn.functional.huber_loss(x.index_select(0, torch.arange(4 * n) % 30), A[:, 0], reduction="none")
+            .reshape(n, 4)
+            .mean(1)
+        ),
+        lambda x: (A.float() @ x.float()).reshape(n, 4).logsumexp(1).double(),
+    ]
+    x = torch.randn(30, dtype=torch.float64, generator=gen)
+    for f in maps:
+        value, jac, batched = jacobian(f, x)
+        assert batched
+        assert torch.equal(jac, jacrev(f)(x)) and torch.equal(value, f(x))
+
+
+def test_a_backward_pass_vmap_refuses_gets_its_rows_one_at_a_time():
+    """A map whose backward pass reads a value (.item()) cannot be vmapped: its rows come from a loop, the same
+    Jacobian, and the oracle keeps to the loop for the rest of the run."""
+
+    class ReadsItsGradient(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x.exp()
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * x.exp() * float(grad.abs().sum().item() >= 0)
+
+    A = torch.randn(6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def f(v):
+        return ReadsItsGradient.apply(A @ v)
+
+    oracle = InnerOracle(lambda v, b: f(v), 6, (5,), "cpu", torch.float64)
+    assert oracle._batched
+    _, jac = oracle(x, None, 0)
+    assert not oracle._batched
+    assert torch.equal(jac, rows_by_backward(f, x)[1])
+    assert torch.allclose(jac, torch.exp(A @ x)[:, None] * A, rtol=1e-14, atol=0)
+    assert torch.equal(oracle(x, None, 1)[1], jac)

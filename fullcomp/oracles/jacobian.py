@@ -1,4 +1,11 @@
-"""Value and Jacobian of a torch inner map in one pass (``torch.func``)."""
+"""Value and Jacobian of a torch inner map in one pass (reverse mode: the autograd engine's backward passes).
+
+No ``torch.func`` transform that differentiates is used on the way to a run's first update: functorch's
+``grad``, ``vjp`` and ``jacrev`` import ``torch._dynamo`` on their first call, and its forward mode
+(``jvp``, like ``torch.autograd.forward_ad``) reaches decompositions that do too, about 1 to 2 s of a
+fresh process for a map of 5 outputs whose first update otherwise takes 0.05 s.  Only ``torch.func.vmap``
+is used, to batch the engine's backward passes, and it imports nothing.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.func import jacrev, jvp
+from torch.func import vmap
 
 from fullcomp import distributed
 from fullcomp.errors import ModelError, OracleError
@@ -146,7 +153,9 @@ class InnerOracle:
             return out, out
 
         self._both = both
-        self._jac = jacrev(both, has_aux=True) if n > ROWS_BY_BACKWARD else None
+        #: Whether the rows are batched (more than ROWS_BY_BACKWARD outputs, until a map's backward pass turns
+        #: out not to run under vmap; then one backward pass per row for the rest of the run).
+        self._batched = n > ROWS_BY_BACKWARD
         self._parallel = distributed.world().parallel  # the job is joined before any run starts
 
     def _too_large(self, x_flat: torch.Tensor, k: int) -> str:
@@ -171,10 +180,7 @@ class InnerOracle:
             columns, inverse = torch.unique(index, sorted=True, return_inverse=True)
             x_flat = x_flat.index_select(0, index)
         try:
-            if self._jac is None:
-                value, jac = rows_by_backward(lambda x: self._both(x, batch)[0], x_flat)
-            else:
-                jac, value = self._jac(x_flat, batch)
+            value, jac, self._batched = jacobian(lambda x: self._both(x, batch)[0], x_flat, self._batched)
         except OracleError:
             raise
         except (RuntimeError, MemoryError, TypeError, ValueError, AttributeError) as exc:
@@ -189,8 +195,6 @@ class InnerOracle:
             where = f"at iteration {k}"
             check_inner_output(value, self.n, where)
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
-        if value.requires_grad or jac.requires_grad:  # jacrev's outputs; the backward passes' are plain
-            value, jac = value.detach(), jac.detach()
         if value.dtype != self.dtype or jac.dtype != self.dtype:
             value, jac = value.to(self.dtype), jac.to(self.dtype)
         jac = jac.reshape(self.n, -1)
@@ -216,33 +220,84 @@ class InnerOracle:
 OUT_OF_MEMORY = re.compile(r"out of memory|not enough memory|failed to allocate|can't allocate", re.IGNORECASE)
 
 
-#: Up to this many outputs the Jacobian's rows come from plain backward passes: for one or two rows this is
-#: cheaper than torch.func's vmapped ones (0.26 against 0.87 ms for a 200 x 500 least squares), and it spares
-#: the first call's import of torch._dynamo (about 2 s).  Measured equal to jacrev's to the last bit there.
+#: Up to this many outputs the Jacobian's rows come from plain backward passes, one after the other: for one
+#: or two rows this is cheaper than vmapped ones (0.26 against 0.87 ms for a 200 x 500 least squares).  Above
+#: it the passes run as one, vmapped over the rows of the identity (:func:`jacobian`), which for 7 to 500
+#: outputs costs 1/2 to 1/20 of a loop over them (benchmarks/first_update.py prints both).
 ROWS_BY_BACKWARD = 4
 
 
 def rows_by_backward(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(fn(x), its Jacobian) by one backward pass per output, flat in x."""
+    value, jac, _ = jacobian(fn, x, batched=False)
+    return value, jac
+
+
+def jacobian(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, batched: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(fn(x), its Jacobian flat in x, whether the rows were batched), by reverse mode.
+
+    One backward pass per output; with ``batched`` and more than :data:`ROWS_BY_BACKWARD` outputs, the
+    passes run as one, ``torch.func.vmap`` over the engine's vector-Jacobian product seeded with the rows of
+    the identity: what ``torch.func.jacrev`` computes (equal to its last bit on the maps measured), without
+    its import of ``torch._dynamo``.  A map whose backward pass does not run under vmap (an operation
+    without a batching rule that vmap cannot fall back on) gets its rows one at a time, and the third value
+    is then False, so a caller asks for the loop next time.
+    """
     if not torch.is_grad_enabled():  # checked first: entering the context costs as much as a small forward op
         with torch.enable_grad():
-            return rows_by_backward(fn, x)
+            return jacobian(fn, x, batched)
     point = x.detach().requires_grad_(True)
     out = fn(point)
     n = out.numel()
     if not out.requires_grad:  # a map constant in x (or one that detached it; the construction check catches that)
-        return out, torch.zeros(n, point.numel(), dtype=out.dtype, device=out.device)
+        return out, torch.zeros(n, point.numel(), dtype=out.dtype, device=out.device), batched
     if n == 1:  # one output: torch seeds it with 1 itself, and no view of it joins the graph
         (row,) = torch.autograd.grad(out, point, allow_unused=True)
-        return out.detach(), (torch.zeros_like(point) if row is None else row).reshape(1, -1)
+        return out.detach(), (torch.zeros_like(point) if row is None else row).reshape(1, -1), batched
+    if batched and n > ROWS_BY_BACKWARD:
+        try:
+            return out.detach(), _vmapped_rows(out, point).reshape(n, -1), True
+        except Exception:  # noqa: BLE001  (vmap's refusals are RuntimeErrors, NotImplementedErrors, ...)
+            batched = False  # the graph is retained: its rows one at a time, below (a map's own error recurs there)
     # Scalar outputs, not grad_outputs: torch's first call with grad_outputs imports sympy (0.5 s of set-up).
     flat = out.reshape(-1)
     rows = []
     for i in range(n):
         (row,) = torch.autograd.grad(flat[i], point, retain_graph=i + 1 < n, allow_unused=True)
         rows.append(torch.zeros_like(point) if row is None else row)
-    jac = rows[0].reshape(1, -1) if n == 1 else torch.stack(rows).reshape(n, -1)
-    return out.detach(), jac
+    return out.detach(), torch.stack(rows).reshape(n, -1), batched
+
+
+def _vmapped_rows(out: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
+    """The rows e_i^T J of ``out``'s Jacobian in ``point``, all backward passes at once.
+
+    The engine is called as ``torch.autograd.grad`` calls it (``_engine_run_backward``), not through
+    ``torch.autograd.grad`` itself: that checks a tensor ``grad_outputs`` with torch's symbolic-shape module,
+    whose first import (sympy) costs 0.3 s, and ``is_grads_batched=True`` does the same.  The graph is
+    retained, so that a refusal of vmap leaves it to the loop.
+    """
+    basis = torch.eye(out.numel(), dtype=out.dtype, device=out.device).reshape(out.numel(), *out.shape)
+    run = _engine_run_backward()
+
+    def vjp(seed: torch.Tensor) -> torch.Tensor:
+        if run is None:  # a torch without it: the public call (and its one-off import)
+            (row,) = torch.autograd.grad(out, point, seed, retain_graph=True, allow_unused=True)
+        else:
+            (row,) = run((out,), (seed,), True, False, (point,), True, accumulate_grad=False)
+        return torch.zeros_like(point) if row is None else row
+
+    return vmap(vjp)(basis)
+
+
+def _engine_run_backward() -> Callable | None:
+    """torch.autograd's entry to the engine, where this torch has it (2.3 and later)."""
+    try:
+        from torch.autograd.graph import _engine_run_backward as run
+    except ImportError:
+        return None
+    return run
 
 
 # ---- checks run once while a problem is built ------------------------------------------------------
@@ -295,31 +350,35 @@ BREAKS_GRAPH = (
 _STEPS = {torch.float64: (1e-4, 1e-3), torch.float32: (3e-3, 5e-2)}
 
 
-def _directional(fn: Callable, point: torch.Tensor, tangent: torch.Tensor, n: int) -> torch.Tensor:
-    """J(point) @ tangent: from the run's own backward passes for few outputs, else by forward mode, else by
-    reverse mode (a map without forward-mode rules)."""
-    if n <= ROWS_BY_BACKWARD:
-        try:
-            _, jac = rows_by_backward(fn, point.clone())
-        except Exception as exc:
-            raise ModelError(
-                f"inner(x, batch) fails under torch autodiff at a test point near x0 ({type(exc).__name__}: {exc}): "
-                f"{BREAKS_GRAPH}"
-            ) from exc
-        return jac @ tangent.reshape(-1).to(jac.dtype)
+def _directional(fn: Callable, point: torch.Tensor, tangent: torch.Tensor) -> torch.Tensor:
+    """J(point) @ tangent, J from the run's own backward passes (:func:`jacobian`, batched as a run batches
+    them): what is checked is what the run will use."""
     try:
-        with warnings.catch_warnings():  # torch's first jvp compiles its decompositions with a deprecated API
+        _, jac, _ = jacobian(fn, point.clone())
+    except Exception as exc:
+        raise ModelError(
+            f"inner(x, batch) fails under torch autodiff at a test point near x0 ({type(exc).__name__}: {exc}): "
+            f"{BREAKS_GRAPH}"
+        ) from exc
+    return jac @ tangent.reshape(-1).to(jac.dtype)
+
+
+def _transform_failure(fn: Callable, point: torch.Tensor) -> Exception | None:
+    """The exception ``torch.func.jacrev`` raises on ``fn`` at ``point``, if any: its tensor wrappers refuse
+    what plain autograd lets through unseen (numpy, data pointers), and say which operation it was.
+
+    Asked only of a map the check is about to reject, so only such a map pays the transform's first-call
+    import of ``torch._dynamo`` (1 to 2 s).
+    """
+    from torch.func import jacrev
+
+    try:
+        with warnings.catch_warnings():  # torch's first transform compiles its decompositions with a deprecated API
             warnings.filterwarnings("ignore", message=".*torch.jit.script.* is deprecated", category=DeprecationWarning)
-            return jvp(fn, (point.clone(),), (tangent,))[1]
-    except Exception as forward:
-        try:
-            jac = jacrev(fn)(point.clone())
-        except Exception:
-            raise ModelError(
-                f"inner(x, batch) fails under torch.func autodiff at a test point near x0 "
-                f"({type(forward).__name__}: {forward}): {BREAKS_GRAPH}"
-            ) from forward
-        return jac.reshape(jac.shape[0], -1) @ tangent.reshape(-1).to(jac.dtype)
+            jacrev(fn)(point.clone())
+    except Exception as exc:  # noqa: BLE001  (whatever it is, it is the message)
+        return exc
+    return None
 
 
 def _finite_tensor(out: Any, like: torch.Tensor | None = None) -> bool:
@@ -341,7 +400,7 @@ def _trial(fn: Callable, point: torch.Tensor, direction: torch.Tensor, h: float,
         return None  # the map is not defined there (it may only be defined on the domain)
     if not (_finite_tensor(f_plus) and _finite_tensor(f_minus, f_plus)):
         return None
-    jd = _directional(fn, point, tangent, f_plus.numel())
+    jd = _directional(fn, point, tangent)
     if not _finite_tensor(jd, f_plus):
         return None
     eps = max(torch.finfo(point.dtype).eps, torch.finfo(f_plus.dtype).eps)
@@ -393,9 +452,15 @@ def check_directional_derivative(fn: Callable, start: torch.Tensor, scale: float
             if outcome is True:
                 return
             if outcome is not None:
-                mismatch = outcome
+                mismatch = (*outcome, point)
     if mismatch is not None:
-        jd, fd = mismatch
+        jd, fd, point = mismatch
+        failure = _transform_failure(fn, point)
+        if failure is not None:  # the graph is broken where torch.func can say how
+            raise ModelError(
+                f"inner(x, batch) fails under torch.func autodiff at a test point near x0 "
+                f"({type(failure).__name__}: {failure}): {BREAKS_GRAPH}"
+            ) from failure
         i = int((jd - fd).abs().argmax())
         where = f"output {i}: " if jd.numel() > 1 else ""
         raise ModelError(
