@@ -96,7 +96,7 @@ def routes(threads: int) -> None:
     import torch
     from torch.func import jacrev
 
-    from fullcomp.oracles.jacobian import ROWS_BY_BACKWARD, jacobian
+    from fullcomp.autodiff import ROWS_BY_BACKWARD, jacobian
 
     torch.set_num_threads(threads)
 

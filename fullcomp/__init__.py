@@ -18,6 +18,7 @@ from fullcomp.algorithms.psg import psg
 from fullcomp.algorithms.smag import SMAGStepper, smag
 from fullcomp.algorithms.stepper import Stepper
 from fullcomp.glmo import GLMOResult, build_glmo
+from fullcomp.loaders import LoaderSampler
 from fullcomp.model import (
     CompositeProblem,
     chi2_dro,
@@ -95,3 +96,4 @@ __all__ += ["risk_weights"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]
+__all__ += ["LoaderSampler"]

@@ -17,9 +17,11 @@ import numpy as np
 import torch
 from torch.func import jacrev, jvp
 
-from fullcomp.oracles.jacobian import BatchJacobian
+from fullcomp.autodiff import BatchJacobian
+from fullcomp.serial import encodable
 
 
+@encodable
 @dataclass
 class Revision:
     """Names a Jacobian tracker V (``tag``) and, when known, how it came from an earlier one (``since``):

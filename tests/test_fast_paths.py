@@ -9,9 +9,9 @@ import torch
 from torch.func import grad, jacrev
 
 import fullcomp as fc
+from fullcomp.autodiff import ROWS_BY_BACKWARD, rows_by_backward
 from fullcomp.glmo import AffineGLMO, build_glmo
 from fullcomp.oracles import InnerOracle
-from fullcomp.oracles.jacobian import ROWS_BY_BACKWARD, rows_by_backward
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_one_leaf_difference_gradient_matches_torch_func():
 
 
 def test_the_oracles_finite_check_sees_nan_and_inf_and_survives_an_overflowing_sum():
-    from fullcomp.oracles.jacobian import all_finite
+    from fullcomp.autodiff import all_finite
 
     value, jac = torch.ones(3), torch.ones(2, 4)
     assert all_finite(value, jac)
@@ -230,7 +230,7 @@ def test_the_first_update_imports_no_compiler():
 def test_batched_rows_equal_jacrev_to_the_bit(n):
     """Above ROWS_BY_BACKWARD outputs the backward passes run as one (vmap over the engine): jacrev's Jacobian,
     so runs keep their trajectories, for maps reading x through broadcasts, products and selections."""
-    from fullcomp.oracles.jacobian import jacobian
+    from fullcomp.autodiff import jacobian
 
     gen = torch.Generator().manual_seed(n)
     A = torch.randn(4 * n, 30, dtype=torch.float64, generator=gen)

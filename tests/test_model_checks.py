@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import fullcomp as fc
+from fullcomp import autodiff
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.oracles import jacobian
 
 F32, F64 = torch.float32, torch.float64
 A32 = torch.randn(5, 20, generator=torch.Generator().manual_seed(0), dtype=F32)
@@ -246,7 +246,7 @@ def test_the_call_site_fallback_when_no_signature_is_known(monkeypatch):
     def no_signature(fn):
         raise ValueError("no signature found")
 
-    monkeypatch.setattr(jacobian.inspect, "signature", no_signature)
+    monkeypatch.setattr(autodiff.inspect, "signature", no_signature)
     with pytest.raises(ModelError, match=r"inner must have the signature") as info:
         ball_problem(lambda x: x.sum())
     assert isinstance(info.value.__cause__, TypeError)

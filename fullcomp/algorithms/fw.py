@@ -37,10 +37,11 @@ from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp import distributed
 from fullcomp.algorithms.method import Method, Plan, register, solve
+from fullcomp.autodiff import check_inner_output
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem, Outer
-from fullcomp.oracles import InnerOracle, check_inner_output
+from fullcomp.oracles import InnerOracle
 from fullcomp.run import Result, RunOptions
 from fullcomp.sets.base import Set
 from fullcomp.validation import NONE, Options, Param, positive

@@ -10,10 +10,11 @@ import torch
 from fullcomp import distributed
 from fullcomp.algorithms.method import Method, Plan, preset, register, solve
 from fullcomp.algorithms.tracked import SCHEDULE, line_search, true_objective
+from fullcomp.autodiff import check_inner_output
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem
-from fullcomp.oracles import BatchJacobian, InnerOracle, check_inner_output, dense
+from fullcomp.oracles import BatchJacobian, InnerOracle, dense
 from fullcomp.run import Result, RunOptions
 from fullcomp.schedules import HORIZON_SCHEDULES, Schedule, resolve
 from fullcomp.sets.atoms import AtomicForm, Entries, combine

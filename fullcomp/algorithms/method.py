@@ -18,8 +18,9 @@ from typing import Any
 
 from fullcomp import distributed
 from fullcomp.errors import ModelError, OptionError
-from fullcomp.run.driver import Plan, drive, resuming, stateful_samplers
-from fullcomp.run.fingerprint import problem_fingerprint
+from fullcomp.model.captured import stateful_samplers
+from fullcomp.model.fingerprint import problem_fingerprint
+from fullcomp.run.driver import Plan, drive, resuming
 from fullcomp.run.options import SHARED, RunOptions
 from fullcomp.run.result import Result
 from fullcomp.validation import Param, check_params

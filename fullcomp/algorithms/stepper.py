@@ -20,7 +20,7 @@ from fullcomp.errors import CheckpointError, OptionError
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
-from fullcomp.run.serial import decode, encode
+from fullcomp.serial import decode, encode
 
 FORMAT = "fullcomp-stepper-1"
 

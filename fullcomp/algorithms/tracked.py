@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from fullcomp import distributed
+from fullcomp.autodiff import check_inner_output
 from fullcomp.glmo.subgradient import OuterGradient
 from fullcomp.model.composite import CompositeProblem
-from fullcomp.oracles import InnerOracle, check_inner_output
+from fullcomp.oracles import InnerOracle
 from fullcomp.run import Plan, Result, RunOptions
 from fullcomp.schedules import HORIZON_SCHEDULES, THEORY, Schedule, resolve
 from fullcomp.sets.base import Set

@@ -15,9 +15,7 @@ from fullcomp.sets.base import Set
 ROUTES = ("auto", "affine", "conic", "colgen")
 
 
-def build_glmo(
-    outer: Any, domain: Set, route: str = "auto", pool: int = 30, device: Any = None
-) -> GLMO:
+def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30, device: Any = None) -> GLMO:
     """Build the GLMO ``min_{x in X} F(z + V (x - y), x)`` for an outer function and a set.
 
     ``route="auto"`` takes one LMO when F is affine in the placeholder alone,

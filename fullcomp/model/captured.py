@@ -143,3 +143,14 @@ def _captured(fn: Any, depth: int, out: list[Any], seen: set[int]) -> None:
                 out.append(v)
     elif callable(fn) and not isinstance(fn, (types.BuiltinFunctionType, types.ModuleType, type)):
         out.extend(_attributes(fn))  # a callable object (an nn.Module counts as its tensors)
+
+
+def stateful_samplers(problem: Any) -> dict[str, Any]:
+    """The problem's samplers that keep a state of their own (a data loader's position in its epoch): those with
+    ``reset``, ``state_dict`` and ``load_state_dict``."""
+    found = {}
+    for name in ("sampler", "psi_sampler"):
+        sampler = getattr(problem, name, None)
+        if all(callable(getattr(sampler, m, None)) for m in ("reset", "state_dict", "load_state_dict")):
+            found[name] = sampler
+    return found

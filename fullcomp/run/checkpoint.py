@@ -17,7 +17,7 @@ import torch
 from fullcomp.errors import CheckpointError, OptionError
 from fullcomp.run.history import History, write_atomic
 from fullcomp.run.lock import Lock
-from fullcomp.run.serial import decode, encode
+from fullcomp.serial import decode, encode
 
 FORMAT = "fullcomp-checkpoint-1"
 ON_MISMATCH = ("error", "restart")

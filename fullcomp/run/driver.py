@@ -80,17 +80,6 @@ class Plan:
     sharded: bool = False
 
 
-def stateful_samplers(problem: Any) -> dict[str, Any]:
-    """The problem's samplers that keep a state of their own (a data loader's position in its epoch): those with
-    ``reset``, ``state_dict`` and ``load_state_dict``."""
-    found = {}
-    for name in ("sampler", "psi_sampler"):
-        sampler = getattr(problem, name, None)
-        if all(callable(getattr(sampler, m, None)) for m in ("reset", "state_dict", "load_state_dict")):
-            found[name] = sampler
-    return found
-
-
 def own_checkpoint(run: RunOptions, sharded: bool) -> Checkpoint | None:
     """The checkpoint file this rank reads and writes: its own when each rank's state is its own share."""
     if run.checkpoint is None:

@@ -16,8 +16,10 @@ import numpy as np
 
 from fullcomp import distributed
 from fullcomp.errors import OptionError
+from fullcomp.serial import encodable
 
 
+@encodable
 @dataclass
 class Entries:
     """Flat (row-major) indices into a point of ``shape``, with row/column splits cached for matrices.
@@ -126,6 +128,7 @@ class Atom(ABC):
     def dense(self) -> np.ndarray: ...
 
 
+@encodable
 class DenseAtom(Atom):
     def __init__(self, point: np.ndarray):
         self.point = np.asarray(point, dtype=np.float64)
@@ -138,6 +141,7 @@ class DenseAtom(Atom):
         return self.point
 
 
+@encodable
 class RankOneAtom(Atom):
     """The matrix u v^T (the scale is folded into u).
 
@@ -165,6 +169,7 @@ class RankOneAtom(Atom):
         return np.outer(self.u, self.v)
 
 
+@encodable
 class MixtureAtom(Atom):
     """A convex combination of atoms; column generation merges light atoms into one."""
 
@@ -194,6 +199,7 @@ class MixtureAtom(Atom):
         return sum(w * a.dense() for w, a in zip(self.weights, self.atoms))
 
 
+@encodable
 class ZeroAtom(Atom):
     """The origin, without storing it."""
 
@@ -210,6 +216,7 @@ class ZeroAtom(Atom):
         return np.zeros(self.shape)
 
 
+@encodable
 class AtomicForm:
     """The iterate of a Frank-Wolfe method as its atoms: sum_j ``scale`` * ``raw[j]`` * ``atoms[j]``.
 

@@ -1,7 +1,7 @@
 """Run state as plain data: what a checkpoint holds, and how it is read back without unpickling objects.
 
 ``encode`` turns a run state (dicts, lists, tuples, tensors, numpy arrays and
-scalars, the atoms of :mod:`fullcomp.sets.atoms`) into a tree of containers,
+scalars, and the classes registered with :func:`encodable`: atoms, tracker revisions) into a tree of containers,
 tensors and Python scalars only, which ``torch.load(weights_only=True)`` reads
 without running code.  Objects are written as tagged dicts of their fields,
 and only the classes in :data:`ALLOWED` are rebuilt; an object shared by two
@@ -16,15 +16,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullcomp.oracles.jacobian import BatchJacobian
-from fullcomp.sets.atoms import AtomicForm, DenseAtom, Entries, MixtureAtom, RankOneAtom, ZeroAtom
-from fullcomp.trackers import Revision
+#: Classes a checkpoint may rebuild, by tag: each registers itself with :func:`encodable`, so this layer knows
+#: no domain type.  Their fields must themselves be encodable.
+ALLOWED: dict[str, type] = {}
 
-#: Classes a checkpoint may rebuild, by tag.  Their fields must themselves be encodable.
-ALLOWED: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (DenseAtom, RankOneAtom, MixtureAtom, ZeroAtom, AtomicForm, Entries, Revision, BatchJacobian)
-}
+
+def encodable(cls: type) -> type:
+    """Class decorator: a checkpoint may hold instances of ``cls`` (written as their fields, rebuilt without
+    ``__init__``); the name must be unique among encodable classes."""
+    if ALLOWED.setdefault(cls.__name__, cls) is not cls:
+        raise TypeError(f"another encodable class is named {cls.__name__}")
+    return cls
+
 
 _TAG, _REF, _ARRAY, _TUPLE, _NUMPY_SCALAR = "__object__", "__ref__", "__ndarray__", "__tuple__", "__npscalar__"
 
@@ -79,4 +82,4 @@ def decode(tree: Any, memo: dict[int, Any] | None = None) -> Any:
     return {key: decode(v, memo) for key, v in tree.items()}
 
 
-__all__ = ["encode", "decode", "ALLOWED"]
+__all__ = ["encode", "decode", "encodable", "ALLOWED"]

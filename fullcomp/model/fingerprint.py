@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullcomp.model.captured import captured, collect
+from fullcomp.model.captured import captured, collect, stateful_samplers
 
 #: The probe batch's seed: fixed, and apart from any run's (a run's generator is never touched).
 PROBE_SEED = 0x5EED
@@ -95,14 +95,15 @@ def _value_and_gradient(fn: Any, point: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def behaviour(problem: Any, dtype: torch.dtype, device: torch.device) -> str:
     """A hash of what the problem's callables return at its start point on a probe batch (and of the batch)."""
-    from fullcomp.run.driver import stateful_samplers
-
     generator = torch.Generator(device=device).manual_seed(PROBE_SEED)
-    saved = {name: sampler.state_dict() for name, sampler in stateful_samplers(problem).items()}
+    samplers = stateful_samplers(problem)
+    saved = {name: sampler.state_dict() for name, sampler in samplers.items()}
     try:
+        for sampler in samplers.values():  # the probe draws what a fresh run would, wherever the sampler stands
+            sampler.reset()
         return _probe(problem, dtype, device, generator)
-    finally:  # the probe's draw must not move a stateful sampler on
-        for name, sampler in stateful_samplers(problem).items():
+    finally:  # ... and leaves it where it was
+        for name, sampler in samplers.items():
             sampler.load_state_dict(saved[name])
 
 

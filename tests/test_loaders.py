@@ -1,0 +1,376 @@
+"""fc.LoaderSampler: DataLoaders and re-iterables of batches as samplers, shuffled by the run's generator."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    TensorDataset,
+)
+
+import fullcomp as fc
+from fullcomp.errors import CheckpointError, ModelError
+from fullcomp.model.fingerprint import problem_fingerprint
+from fullcomp.serial import decode, encode
+
+HERE = Path(__file__).parent
+ROWS, BATCH = 23, 5  # 5 batches an epoch, the last of 3 examples
+FEATURES = torch.randn(ROWS, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+
+def loader(batch_size: int = BATCH, shuffle: bool = True, **kwargs) -> DataLoader:
+    """A shuffled DataLoader whose second field is each example's index."""
+    return DataLoader(TensorDataset(FEATURES, torch.arange(ROWS)), batch_size=batch_size, shuffle=shuffle, **kwargs)
+
+
+def problem(seen: list | None = None) -> fc.CompositeProblem:
+    """max of three losses of a linear model over a shuffled DataLoader; ``seen`` records each batch's indices."""
+
+    def inner(x, batch):
+        rows, index = batch
+        if seen is not None:
+            seen.append(index.tolist())
+        z = rows @ x
+        return torch.stack(
+            [torch.nn.functional.softplus(z - 1).mean(), torch.nn.functional.softplus(-z).mean(), 0.1 * (z**2).mean()]
+        )
+
+    return fc.CompositeProblem(cp.max(fc.inner_value(3)), inner, fc.L1Ball(4, 2.0), sampler=fc.LoaderSampler(loader()))
+
+
+def indices(sampler: fc.LoaderSampler, generator: torch.Generator, count: int) -> list[list[int]]:
+    return [sampler(generator)[1].tolist() for _ in range(count)]
+
+
+def test_each_epoch_visits_every_example_once_in_an_order_drawn_from_the_generator():
+    sampler = fc.LoaderSampler(loader())
+    assert sampler.batches_per_epoch() == 5
+    drawn = indices(sampler, torch.Generator().manual_seed(4), 15)
+    epochs = [sum(drawn[e * 5 : (e + 1) * 5], []) for e in range(3)]
+    assert [len(b) for b in drawn[:5]] == [5, 5, 5, 5, 3]
+    assert all(sorted(epoch) == list(range(ROWS)) for epoch in epochs)  # without replacement
+    assert epochs[0] != epochs[1] != epochs[2] and epochs[0] != list(range(ROWS))
+    # Epoch e is DistributedSampler(seed=s)'s order after set_epoch(e), s the seed drawn from the run's generator.
+    seed = sampler.state_dict()["groups"][0]["seed"]
+    reference = DistributedSampler(range(ROWS), num_replicas=1, rank=0, shuffle=True, seed=seed)
+    for e, epoch in enumerate(epochs):
+        reference.set_epoch(e)
+        assert epoch == list(reference)
+    # The same generator seed gives the same batches, another seed others; reset starts over.
+    sampler.reset()
+    assert indices(sampler, torch.Generator().manual_seed(4), 15) == drawn
+    sampler.reset()
+    assert indices(sampler, torch.Generator().manual_seed(5), 15) != drawn
+
+
+def test_batches_are_the_dataloaders_own():
+    """Collated as the loader would: TensorDataset's fast path, a collate_fn of one's own, no batching,
+    __getitems__, a BatchSampler, drop_last."""
+    sequential = loader(shuffle=False)
+    gen = torch.Generator().manual_seed(0)
+    for made in (
+        sequential,
+        loader(shuffle=False, collate_fn=lambda samples: samples),
+        loader(batch_size=None, shuffle=False),
+        loader(shuffle=False, drop_last=True),
+        DataLoader(TensorDataset(FEATURES), batch_sampler=BatchSampler(SequentialSampler(FEATURES), 4, False)),
+    ):
+        expected = list(made)
+        sampler = fc.LoaderSampler(made)
+        got = [sampler(gen) for _ in range(len(expected) + 1)]
+        assert _same(got[:-1], expected) and _same(got[-1], expected[0])  # the next epoch starts over
+
+    class Items(Dataset):
+        def __len__(self):
+            return 7
+
+        def __getitem__(self, i):
+            raise AssertionError("__getitems__ is used when the dataset has it")
+
+        def __getitems__(self, picked):
+            return [{"i": torch.tensor(i)} for i in picked]
+
+    items = DataLoader(Items(), batch_size=3)
+    sampler = fc.LoaderSampler(items)
+    assert _same([sampler(gen) for _ in range(3)], list(items))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_a_random_sampler_with_replacement_and_num_samples():
+    data = TensorDataset(torch.arange(6))
+    gen = torch.Generator().manual_seed(0)
+    longer = fc.LoaderSampler(DataLoader(data, batch_size=4, sampler=RandomSampler(data, num_samples=8)))
+    epoch = torch.cat([longer(gen)[0] for _ in range(2)]).tolist()
+    assert sorted(epoch[:6]) == list(range(6)) and len(epoch) == 8  # a permutation, then the start of another
+    drawn = fc.LoaderSampler(DataLoader(data, batch_size=3, sampler=RandomSampler(data, replacement=True)))
+    assert drawn.batches_per_epoch() == 2 and all(0 <= i < 6 for i in drawn(gen)[0].tolist())
+
+
+def test_per_group_loaders_give_one_batch_per_group_each_in_its_own_epochs():
+    small = DataLoader(TensorDataset(torch.arange(4)), batch_size=2, shuffle=True)
+    large = DataLoader(TensorDataset(torch.arange(100, 109)), batch_size=3, shuffle=True)
+    gen = torch.Generator().manual_seed(1)
+    pair = fc.LoaderSampler([small, large])
+    batches = [pair(gen) for _ in range(6)]
+    assert all(isinstance(b, tuple) and len(b) == 2 for b in batches)
+    assert pair.batches_per_epoch() == [2, 3]
+    for g, per_epoch in ((0, 2), (1, 3)):
+        seen = [b[g][0].tolist() for b in batches]
+        for e in range(6 // per_epoch):
+            epoch = sum(seen[e * per_epoch : (e + 1) * per_epoch], [])
+            assert sorted(epoch) == sorted(small.dataset.tensors[0].tolist() if g == 0 else range(100, 109))
+    by_name = fc.LoaderSampler({"young": small, "old": large})
+    batch = by_name(torch.Generator().manual_seed(1))
+    assert list(batch) == ["young", "old"] and _same(batch["young"], batches[0][0])
+    # Plain lists of batches, one per group, need groups=True (a list of lists is otherwise one list of batches).
+    listed = fc.LoaderSampler([[torch.zeros(1)], [torch.ones(1), torch.ones(2)]], groups=True)
+    assert [len(b[1]) for b in (listed(gen), listed(gen), listed(gen))] == [1, 2, 1]
+
+
+def test_a_plain_reiterable_is_cycled_in_order_and_resumes_where_it_was():
+    batches = [torch.full((2,), float(i)) for i in range(3)]
+
+    class Again:  # re-iterable, not a sequence: resumed by skipping the batches already drawn
+        def __iter__(self):
+            return iter(batches)
+
+    for source in (batches, Again()):
+        sampler = fc.LoaderSampler(source)
+        got = [sampler(None)[0].item() for _ in range(5)]
+        assert got == [0, 1, 2, 0, 1]
+        saved = sampler.state_dict()
+        after = [sampler(None)[0].item() for _ in range(3)]
+        sampler.load_state_dict(saved)
+        assert [sampler(None)[0].item() for _ in range(3)] == after == [2, 0, 1]
+        sampler.reset()
+        assert sampler(None)[0].item() == 0
+
+
+def test_the_state_is_plain_data_that_resumes_the_same_batches():
+    sampler = fc.LoaderSampler({"a": loader(), "b": loader(batch_size=4)})
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(7):  # past an epoch's end
+        sampler(gen)
+    buffer = io.BytesIO()
+    torch.save(encode(sampler.state_dict()), buffer)
+    buffer.seek(0)
+    state = decode(torch.load(buffer, weights_only=True))
+    assert state["groups"][0]["epoch"] == 1 and state["groups"][0]["position"] == 2
+    generator_state = gen.get_state()
+    ahead = [sampler(gen) for _ in range(9)]
+    other = fc.LoaderSampler({"a": loader(), "b": loader(batch_size=4)})
+    other.load_state_dict(state)
+    gen.set_state(generator_state)
+    assert _same([other(gen) for _ in range(9)], ahead)
+    with pytest.raises(CheckpointError, match="2 groups"):
+        fc.LoaderSampler(loader()).load_state_dict(state)
+    with pytest.raises(CheckpointError, match="kind"):
+        fc.LoaderSampler({"a": loader(shuffle=False), "b": loader()}).load_state_dict(state)
+    with pytest.raises(CheckpointError, match="format"):
+        other.load_state_dict({"epoch": 3})
+
+
+def test_loaders_that_cannot_be_reproduced_are_refused_with_the_fix():
+    data = TensorDataset(torch.arange(6.0))
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    refused = {
+        "IterableDataset": lambda: DataLoader(Stream(), batch_size=2),
+        "SubsetRandomSampler": lambda: DataLoader(data, batch_size=2, sampler=SubsetRandomSampler([0, 2])),
+        "shards each epoch by rank": lambda: DataLoader(
+            data, batch_size=2, sampler=DistributedSampler(data, num_replicas=2, rank=0)
+        ),
+        "batch_sampler is a list": lambda: DataLoader(data, batch_sampler=[[0, 1], [2, 3]]),
+        "sampler is a range": lambda: DataLoader(data, batch_sampler=BatchSampler(range(6), 2, False)),
+        "worker_init_fn": lambda: DataLoader(data, batch_size=2, num_workers=2, worker_init_fn=print),
+        "empty": lambda: DataLoader(TensorDataset(torch.zeros(0)), batch_size=2),
+        "no batch": lambda: DataLoader(data, batch_size=8, drop_last=True),
+        "iterator": lambda: iter([torch.zeros(2)]),
+        "is a tensor": lambda: torch.zeros(3, 2),
+        "DataLoader or a re-iterable": lambda: 3,
+        "holds no batch": lambda: [],
+    }
+    for match, make in refused.items():
+        with pytest.raises(ModelError, match=match):
+            fc.LoaderSampler(make())
+    with pytest.raises(ModelError, match="gave no batch"):
+        fc.LoaderSampler(type("Nothing", (), {"__iter__": lambda self: iter(())})())(None)
+    with pytest.warns(UserWarning, match="starts no worker"):
+        workers = fc.LoaderSampler(DataLoader(data, batch_size=3, shuffle=True, num_workers=2))
+    assert sorted(workers(None)[0].tolist() + workers(None)[0].tolist()) == list(range(6))
+
+
+def test_random_transforms_repeat_with_the_runs_seed_and_leave_the_global_generators_alone():
+    class Noisy(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return torch.rand(()) + np.random.rand() + random.random() + 10 * i
+
+    sampler = fc.LoaderSampler(DataLoader(Noisy(), batch_size=4, shuffle=True))
+    before = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    first = [sampler(torch.Generator().manual_seed(0)) for _ in range(3)]
+    assert torch.equal(torch.get_rng_state(), before[0]) and np.array_equal(np.random.get_state()[1], before[1])
+    assert random.getstate() == before[2]
+    sampler.reset()
+    again = [sampler(torch.Generator().manual_seed(0)) for _ in range(3)]
+    assert _same(first, again)
+    sampler.reset()
+    assert not torch.equal(sampler(torch.Generator().manual_seed(1)), first[0])
+
+
+def test_solve_and_stepper_draw_the_seeds_batches_and_the_data_is_fingerprinted():
+    seen: dict = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        seen[name] = []
+        made = problem(seen[name])
+        seen[name].clear()  # the construction's checks drew too
+        fc.solve(made, "hmsfw", iters=8, seed=seed, progress=False)
+    assert seen["a"] == seen["b"] and seen["a"] != seen["c"] and len(seen["a"]) >= 8
+
+    solved = fc.solve(problem(), "hmsfw", iters=8, seed=3, progress=False)
+    stepper = fc.Stepper(problem(), "hmsfw", seed=3, iters=8)
+    for _ in range(8):
+        stepper.step()
+    assert torch.equal(stepper.x, solved.x)
+
+    made = problem()
+    other = fc.CompositeProblem(
+        made.outer.expr,
+        made.inner,
+        made.domain,
+        sampler=fc.LoaderSampler(DataLoader(TensorDataset(FEATURES + 1, torch.arange(ROWS)), batch_size=BATCH)),
+    )
+    assert problem_fingerprint(other)["data"] != problem_fingerprint(made)["data"]
+
+
+def test_a_problem_that_already_ran_resumes_its_checkpoint(tmp_path):
+    made = problem()
+    stamp = problem_fingerprint(made, torch.float64)
+    for _ in range(3):
+        made.sampler(torch.Generator())
+    assert problem_fingerprint(made, torch.float64) == stamp  # the sampler's place is no part of the problem
+    first = fc.solve(made, "hmsfw", iters=4, seed=1, progress=False, checkpoint=tmp_path / "run.ckpt")
+    again = fc.solve(made, "hmsfw", iters=7, seed=1, progress=False, checkpoint=tmp_path / "run.ckpt")
+    assert again.info["resumed_from"] == 4 and len(first.history) == 5
+    assert torch.equal(again.x, fc.solve(problem(), "hmsfw", iters=7, seed=1, progress=False).x)
+
+
+KILLED = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import fullcomp as fc
+from test_loaders import problem
+
+def slow(it):
+    if it.k == 9:
+        open({marker!r}, "w").close()
+        time.sleep(60)
+
+fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False, checkpoint=fc.Checkpoint({path!r}, every=3),
+         callback=slow)
+"""
+
+
+def test_a_run_killed_with_sigkill_resumes_bit_identically(tmp_path):
+    """Epochs of 5 batches wrap at iterations 5, 10 and 15; the child dies past iteration 9, saved at 9."""
+    path, marker = tmp_path / "run.ckpt", tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", KILLED.format(tests=str(HERE), marker=str(marker), path=str(path))])
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.exists():
+            assert child.poll() is None, "the child run ended before it could be killed"
+            assert time.monotonic() < deadline, "the child run did not reach iteration 9"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    resumed = fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False, checkpoint=path)
+    assert resumed.info["resumed_from"] == 9
+    full = fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False)
+    assert len(resumed.history) == len(full.history)
+    for a, b in zip(resumed.history, full.history):
+        assert {k: v for k, v in a.items() if k != "time"} == {k: v for k, v in b.items() if k != "time"}
+    assert torch.equal(resumed.x, full.x)
+
+
+RANK = """
+import json, sys, torch
+import fullcomp as fc
+from torch.utils.data import DataLoader, TensorDataset
+
+here = fc.distributed.init(backend="gloo", timeout=30)
+sampler = fc.LoaderSampler(DataLoader(TensorDataset(torch.arange(11)), batch_size=2, shuffle=True))
+sampler.reset()
+gen = torch.Generator().manual_seed(fc.distributed.rank_seed(3, here.rank))
+drawn = [sampler(gen)[0].tolist() for _ in range(6)]
+json.dump({"drawn": drawn, "state": sampler.state_dict(), "per_epoch": sampler.batches_per_epoch()},
+          open(sys.argv[1] + str(here.rank), "w"))
+fc.distributed.leave()
+"""
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed support")
+def test_two_ranks_shard_each_epoch_as_distributed_sampler_does(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, "-c", RANK, str(tmp_path / "rank")], env=env))
+    try:
+        for p in procs:
+            assert p.wait(timeout=90) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    found = [json.loads((tmp_path / f"rank{r}").read_text()) for r in range(2)]
+    seed = found[0]["state"]["groups"][0]["seed"]
+    assert found[1]["state"]["groups"][0]["seed"] == seed  # rank 0's shuffle seed, on every rank
+    assert all(f["per_epoch"] == 3 for f in found)  # 11 examples padded to 12: 6 a rank
+    for epoch in range(2):
+        shards = [sum(f["drawn"][epoch * 3 : (epoch + 1) * 3], []) for f in found]
+        for rank, shard in enumerate(shards):
+            reference = DistributedSampler(range(11), num_replicas=2, rank=rank, shuffle=True, seed=seed)
+            reference.set_epoch(epoch)
+            assert shard == list(reference)
+        assert sorted(set(shards[0] + shards[1])) == list(range(11)) and len(shards[0] + shards[1]) == 12
