@@ -1,0 +1,217 @@
+"""fullcomp's composite methods as ``torch.optim`` optimizers, for networks trained in a loop of the user's own.
+
+``fc.optim.HMSFW(model.parameters(), outer=fc.cvar(u, 0.2), domain=...)`` (or param groups, each with its own
+``domain``) takes one update per ``step(closure)``: the closure returns the ``n`` inner values (the group
+losses) on the user's batch, the optimizer takes their Jacobian with one backward pass per value, tracks it,
+solves the GLMO and writes the new point into the parameters.  It is the same update as ``fc.solve``'s: a
+:class:`fullcomp.Stepper` runs it, on a problem whose inner map is the closure, so fed the same batches it
+takes ``fc.solve``'s iterates.  ``state_dict()`` holds the hyperparameters, as ``torch.optim``'s do, and the
+stepper's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from fullcomp.algorithms.stepper import Stepper
+from fullcomp.errors import ModelError, OptionError
+from fullcomp.model.composite import CompositeProblem
+from fullcomp.sets.base import Set
+from fullcomp.sets.product import Product
+
+
+class _ClosureMap(torch.autograd.Function):
+    """The closure's values as a function of the flat point v: the point is written into the parameters, the
+    closure run, and its Jacobian taken by one backward pass per value, for the backward pass to hand on."""
+
+    @staticmethod
+    def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            for p, part in zip(params, v.split([p.numel() for p in params])):
+                p.copy_(part.view_as(p))
+        with torch.enable_grad():
+            out = closure()
+            if not isinstance(out, torch.Tensor) or out.dim() != 1:
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise ModelError(
+                    "the closure must return a 1-D tensor of the inner values (one loss per group), computed from "
+                    f"the model's parameters; got {got}"
+                )
+            if ctx.needs_input_grad[0]:
+                rows = []
+                for i in range(out.numel()):
+                    grads = torch.autograd.grad(out[i], params, retain_graph=i + 1 < out.numel(), allow_unused=True)
+                    rows.append(
+                        torch.cat(
+                            [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
+                        )
+                    )
+                ctx.save_for_backward(torch.stack(rows).to(v.dtype))
+        return out.detach().to(v.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
+        (jac,) = ctx.saved_tensors
+        return grad_out @ jac, None, None
+
+
+class CompositeOptimizer(torch.optim.Optimizer):
+    """A registered composite method (``method``) as a ``torch.optim.Optimizer``.
+
+    Parameters
+    ----------
+    params : iterable of tensors or of dicts
+        ``model.parameters()``, or param groups: dicts with ``"params"`` and, for per-layer domains, a
+        ``"domain"`` each (a fullcomp set over the group's parameters flattened in order).
+    outer : cvxpy.Expression
+        F, written in ``fc.inner_value(n)``; the closure returns the n inner values.
+    domain : Set, optional
+        The set of all the parameters flattened in order; omit it when every group has its own.
+    seed : int
+        The seed of the method's generator (what it draws besides the batches: none for HMSFW's default).
+    **hyperparameters
+        The method's (``fc.describe(method)``), e.g. ``variant``, ``tracker``, ``schedule``; ``iters`` is the
+        horizon of a schedule that needs one.
+    """
+
+    method = "hmsfw"
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        outer: Any,
+        domain: Set | None = None,
+        *,
+        seed: int = 0,
+        **hyperparameters: Any,
+    ):
+        super().__init__(params, {"domain": None})
+        self.outer, self.seed, self.hyperparameters = outer, seed, hyperparameters
+        self.domain = self._domain(domain)
+        self._closure: Callable | None = None
+        self.stepper: Stepper | None = None
+
+    @property
+    def _params(self) -> list[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def _domain(self, domain: Set | None) -> Set:
+        own = [group.get("domain") for group in self.param_groups]
+        size = sum(p.numel() for p in self._params)
+        if domain is not None:
+            if any(d is not None for d in own):
+                raise OptionError("give domain= or a domain per param group, not both")
+            found = domain
+        elif all(isinstance(d, Set) for d in own):
+            found = own[0] if len(own) == 1 else Product(*own)
+        else:
+            raise OptionError(
+                "give domain= (a set of all the parameters, flattened in order) or a 'domain' in every param "
+                "group; fc.layer_domains(model) builds one set per layer"
+            )
+        if not isinstance(found, Set) or found.size != size:
+            raise OptionError(
+                f"the domain must be a fullcomp set of the {size} parameter entries (flattened in order), got "
+                f"{type(found).__name__} of size {getattr(found, 'size', '?')}"
+            )
+        return found
+
+    def _start(self, closure: Callable) -> Stepper:
+        params = self._params
+        point = torch.cat([p.detach().reshape(-1) for p in params])
+        if not self.domain.contains(point.double().cpu().numpy().reshape(self.domain.shape), tol=1e-6):
+            raise OptionError("the parameters are not in the domain; fc.make_feasible(model, domain) puts them there")
+        problem = CompositeProblem(
+            self.outer,
+            lambda v, batch: _ClosureMap.apply(v, batch, params),
+            self.domain,
+            sampler=lambda generator: self._closure,  # the batch of a step is its closure
+            x0=point.detach().cpu().double().numpy().reshape(self.domain.shape),
+            dtype=point.dtype,
+            check_gradient=False,  # the closure is the user's loop: its derivative is autograd's own
+        )
+        return Stepper(problem, self.method, seed=self.seed, device=point.device, **self.hyperparameters)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor]) -> dict:  # type: ignore[override]
+        """One update on the closure's batch; returns the history row (``objective_estimate``, ...).
+
+        ``closure()`` computes the n inner values from the model's parameters (it is called with gradients
+        enabled, as often as the update needs them), and must not call ``backward`` itself.
+        """
+        if not callable(closure):
+            raise OptionError("step needs a closure() -> the n inner values (one loss per group) on your batch")
+        self._closure = closure
+        try:
+            if self.stepper is None:
+                # The set-up's first sample (the trackers' start at the current point) is this closure's too.
+                self.stepper = self._start(closure)
+                self._resume()
+            row = self.stepper.step(closure)
+        finally:
+            self._closure = None
+        y = self.stepper.x.reshape(-1)
+        for p, part in zip(self._params, y.split([p.numel() for p in self._params])):
+            p.copy_(part.view_as(p).to(p.dtype))
+        return row
+
+    @property
+    def weights(self) -> np.ndarray | None:
+        """The weights F puts on each inner value at the tracked values (the adversary's q): what to log."""
+        if self.stepper is None:
+            return None
+        state = self.stepper.state
+        from fullcomp.glmo.subgradient import OuterCalculus
+
+        z = state["z"].detach().cpu().double().numpy()
+        return OuterCalculus(self.stepper.problem.outer).weights(z)
+
+    def state_dict(self) -> dict:
+        """The hyperparameters (as torch.optim keeps them in ``param_groups``) and the stepper's state."""
+        return {
+            "method": self.method,
+            "hyperparameters": {k: v for k, v in sorted(self.hyperparameters.items()) if _plain(v)},
+            "seed": self.seed,
+            "stepper": None if self.stepper is None else self.stepper.state_dict(),
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Resume from :meth:`state_dict` (the first ``step`` builds the method, then loads it)."""
+        if state_dict.get("method") != self.method:
+            raise OptionError(f"the state_dict is {state_dict.get('method')!r}'s, this optimizer runs {self.method!r}")
+        self._pending = state_dict
+
+    def _resume(self) -> None:
+        pending = getattr(self, "_pending", None)
+        if pending is not None and pending.get("stepper") is not None and self.stepper is not None:
+            self.stepper.load_state_dict(pending["stepper"])
+        self._pending = None
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str, tuple))
+
+
+class HMSFW(CompositeOptimizer):
+    """HMSFW (Algorithm 1 of the HMSFW paper) as a torch optimizer; ``variant``, ``tracker``, ... as ``fc.hmsfw``."""
+
+    method = "hmsfw"
+
+
+class SCFW(CompositeOptimizer):
+    """Stochastic conditional Frank-Wolfe, no tracking (``clip=`` for Clipped SCFW is method ``clipped-scfw``)."""
+
+    method = "scfw"
+
+
+class PSG(CompositeOptimizer):
+    """Projected subgradient steps on the tracked model; needs a domain with ``project``."""
+
+    method = "psg"
+
+
+__all__ = ["CompositeOptimizer", "HMSFW", "SCFW", "PSG"]
