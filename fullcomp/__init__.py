@@ -25,8 +25,11 @@ from fullcomp.model import (
     cvar,
     entropic_risk,
     group_dro,
+    init_norms,
     inner_value,
     kl_dro,
+    layer_domains,
+    make_feasible,
     risk_weights,
     smooth_max,
     top_k_mean,
@@ -97,3 +100,4 @@ __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]
 __all__ += ["LoaderSampler"]
+__all__ += ["layer_domains", "make_feasible", "init_norms"]

@@ -2,6 +2,7 @@
 
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.model.dmax import DMaxProblem
+from fullcomp.model.layers import init_norms, layer_domains, make_feasible
 from fullcomp.model.outer import (
     chi2_dro,
     cvar,
@@ -18,4 +19,4 @@ from fullcomp.model.placeholder import inner_value
 
 __all__ = ["CompositeProblem", "DMaxProblem", "Outer", "inner_value", "cvar", "chi2_dro"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
-__all__ += ["risk_weights"]
+__all__ += ["risk_weights", "layer_domains", "make_feasible", "init_norms"]

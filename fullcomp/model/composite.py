@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cvxpy as cp
@@ -12,18 +12,22 @@ import numpy as np
 import torch
 from cvxpy.transforms.partial_optimize import PartialProblem
 
+from fullcomp.autodiff import call_checked, check_directional_derivative, check_inner_output, check_touched
 from fullcomp.errors import DomainError, ModelError, OptionError, OracleError
 from fullcomp.model.captured import captured, data_device, floating_dtypes
+from fullcomp.model.params import Params
 from fullcomp.model.placeholder import is_placeholder
-from fullcomp.oracles import call_checked, check_directional_derivative, check_inner_output, check_touched
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, ZeroAtom
 from fullcomp.sets.balls import NuclearBall
 from fullcomp.sets.base import Set
+from fullcomp.sets.product import Product
 
 Sampler = Callable[[torch.Generator], Any]
 InnerMap = Callable[[torch.Tensor, Any], torch.Tensor]
 
 INNER_SIGNATURE = "inner(x, batch) -> Tensor of shape (n,)"
+#: The signature of a map declared on a module (or a dict of tensors): it receives the network, not a vector.
+MODULE_SIGNATURE = "inner(net, batch) -> Tensor of shape (n,)"
 SAMPLER_SIGNATURE = "sampler(generator) -> batch"
 
 
@@ -145,6 +149,16 @@ def on_reads(inner: InnerMap, touches: Callable[[Any], torch.Tensor]) -> InnerMa
     return inner_on_reads
 
 
+def on_params(inner: Callable[[Any, Any], torch.Tensor], params: Params) -> InnerMap:
+    """The map on the flat vector that a map on a module (called through ``functional_call``) or on a dict of
+    named tensors defines: ``inner(params.view(v), batch)``, the parameters views into v."""
+
+    def inner_on_params(v: torch.Tensor, batch: Any) -> torch.Tensor:
+        return inner(params.view(v), batch)
+
+    return inner_on_params
+
+
 class CompositeProblem:
     """min over x in ``domain`` of F(f(x), x), with f(x) = E[inner(x, batch)].
 
@@ -155,14 +169,25 @@ class CompositeProblem:
         ``domain.variable``.
     inner : callable
         ``inner(x, batch) -> Tensor of shape (n,)``, differentiable in ``x``
-        with ``torch.func``.  ``x`` has the domain's shape.
+        by torch autograd.  ``x`` has the domain's shape.  With ``x0`` an
+        ``nn.Module``, ``inner(net, batch)`` receives the module with the
+        iterate as its parameters (call ``net(inputs)``); with ``x0`` a dict of
+        tensors, a dict of views into the iterate.
     domain : fullcomp set
         A compact convex set (``fc.Simplex``, ``fc.NuclearBall``, ...).
     sampler : callable, optional
         ``sampler(generator) -> batch``; ``None`` for a deterministic map
         (``batch`` is then ``None``).
-    x0 : array or tensor, optional
-        Start point in ``domain``; default the origin, or its projection.
+    x0 : array, tensor, torch.nn.Module or dict of tensors, optional
+        Start point in ``domain``; default the origin, or its projection.  A
+        module (or a dict of named tensors) makes the variable x the flat
+        vector of its parameters, in ``named_parameters()`` order:
+        ``domain`` is then a set of that shape, e.g. a named ``fc.Product``
+        with one block per parameter (``fc.layer_domains``); the map is
+        called through ``torch.func.functional_call``, buffers (batch-norm
+        running statistics) passed through; :meth:`parameters` and
+        :meth:`load_into` give a flat point (``result.x``) back by name.
+        See the "Training a network" guide.
     full_batch : batch, optional
         A batch for which ``inner`` returns the exact f(x) (the whole data
         set); used by ``hmsfw(..., exact=True)`` and by :meth:`objective`.
@@ -233,6 +258,16 @@ class CompositeProblem:
         self.outer = Outer(outer, domain)
         if not callable(inner):
             raise ModelError(f"inner must be a callable inner(x, batch) -> Tensor, got {type(inner).__name__}")
+        #: The variable's named tensors when x0 is a module or a dict of tensors (x is their flat vector), else None.
+        self.params: Params | None = None
+        if isinstance(x0, (torch.nn.Module, Mapping)):
+            if reads is not None or touches is not None or sharded is True:
+                raise ModelError(
+                    "reads=, touches= and sharded= apply to a tensor variable; with x0 a module or a dict of "
+                    "tensors, the variable is the flat vector of all the parameters"
+                )
+            self.params = Params(x0, "x0")
+            self.params.check_domain(domain)
         if sampler is not None and not callable(sampler):
             raise ModelError("sampler must be a callable sampler(generator) -> batch, or None")
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
@@ -253,6 +288,8 @@ class CompositeProblem:
         #: The map on all of x's values at ``reads`` (or on x): what every method that needs no sparse
         #: Jacobian evaluates and differentiates.
         self.inner = inner if touches is None else on_reads(inner, touches)
+        if self.params is not None:  # the map on the module (or dict) as a map on the flat vector
+            self.inner = on_params(inner, self.params)
         self.sampler = sampler
         self.full_batch = full_batch
         given_x0 = x0
@@ -283,6 +320,8 @@ class CompositeProblem:
         # The data's device: the probe runs there, with a generator there for the sampler (a map over CUDA
         # tensors is checked on the GPU).
         captures = [*map(captured, self.maps), full_batch] + ([captured(sampler)] if sampler is not None else [])
+        if self.params is not None:
+            captures.append(given_x0)  # a module's parameters and buffers, or the dict's tensors
         self.device = data_device(captures)
         generator = torch.Generator(device=self.device).manual_seed(0)
         batch = None if sampler is None else call_checked(sampler, (generator,), "sampler", SAMPLER_SIGNATURE)
@@ -290,12 +329,28 @@ class CompositeProblem:
         self._check_inner(batch, check_gradient)
 
     def _start_point(self, x0: Any) -> np.ndarray:
+        if self.params is not None:  # a module, a dict by name or a flat vector
+            x0 = self.params.flatten(x0, "x0").numpy()
         x0 = x0.detach().cpu().numpy() if isinstance(x0, torch.Tensor) else np.asarray(x0, dtype=float)
         if x0.shape != self.domain.shape:
             raise DomainError(f"x0 has shape {x0.shape} but the domain has shape {self.domain.shape}")
         if not self.domain.contains(x0, tol=1e-6):
+            if self.params is not None:
+                raise DomainError(
+                    "x0's parameters are not in the domain; fc.make_feasible(module, domain) projects them "
+                    f"into it in place{self._outside(x0)}"
+                )
             raise DomainError("x0 is not in the domain; pass a feasible start or domain.project(x0)")
         return x0.astype(np.float64, copy=False)
+
+    def _outside(self, x0: np.ndarray) -> str:
+        """Which parameter of a start point lies outside its block of a named product, as ' (parameter ...)'."""
+        if not isinstance(self.domain, Product) or self.domain.names is None:
+            return ""
+        for name, block, part in zip(self.domain.names, self.domain.blocks, self.domain.parts(x0)):
+            if not block.contains(part, tol=1e-6):
+                return f" (parameter {name!r} is outside its {type(block).__name__})"
+        return ""
 
     def with_start(self, x0: Any) -> CompositeProblem:
         """The same problem started at ``x0`` (checked like the constructor's x0; the map is not re-checked)."""
@@ -313,6 +368,8 @@ class CompositeProblem:
         sources += [("the sampled batch", batch), ("full_batch", self.full_batch)]
         if isinstance(x0, torch.Tensor):
             sources.append(("x0", x0))
+        elif self.params is not None:
+            sources.append(("the module's parameters" if self.params.kind == "module" else "x0's tensors", x0))
         dims: dict[torch.dtype, str] = {}  # dtype -> where a tensor with dims has it
         scalars: dict[torch.dtype, str] = {}  # ... a 0-d tensor
         for label, value in sources:
@@ -408,7 +465,10 @@ class CompositeProblem:
             except OracleError as exc:
                 raise ModelError(str(exc)) from None
         with torch.no_grad():
-            out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
+            if self.params is None:
+                out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
+            else:  # the user's map, so that a wrong signature is reported as such
+                out = call_checked(self.maps[0], (self.params.view(start.clone()), batch), "inner", MODULE_SIGNATURE)
         try:
             check_inner_output(out, self.n, where="at x0 while building the problem")
         except OracleError as exc:  # a malformed declaration, not a failure during a run
@@ -425,12 +485,82 @@ class CompositeProblem:
         return diameter / (2 * np.sqrt(self.domain.size)) if np.isfinite(diameter) and diameter > 0 else 1.0
 
     def objective(self, x: Any, batch: Any = None) -> float:
-        """phi(x) = F(f(x), x) with f from ``batch`` (default ``full_batch``); x is a dense point."""
+        """phi(x) = F(f(x), x) with f from ``batch`` (default ``full_batch``); x is a dense point (or, when x0
+        is a module or a dict of tensors, a module or a dict of its form)."""
         if batch is None:
             batch = self.full_batch
         if batch is None and self.stochastic:
             raise ModelError("objective of a stochastic problem needs a batch or CompositeProblem(full_batch=...)")
+        if self.params is not None:  # a module, a dict by name or a flat vector
+            x = self.params.flatten(x, "x")
         xt = torch.as_tensor(np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x), dtype=self._dtype)
         with torch.no_grad():
             u = self.inner(self.read(xt.to(self.device)), batch).detach().cpu().double().numpy()
         return self.outer.value(u, xt.double().numpy())
+
+    # -- a module or a dict of tensors as the variable ----------------------------------------------------
+
+    def _named(self, what: str) -> Params:
+        if self.params is None:
+            raise ModelError(
+                f"{what} needs a problem declared on a module or a dict of tensors (x0=module); this problem's "
+                f"variable is a tensor of shape {self.domain.shape}"
+            )
+        return self.params
+
+    def parameters(self, x: Any = None) -> dict[str, torch.Tensor]:
+        """The named tensors of a flat point, for a problem declared with ``x0`` a module or a dict of tensors.
+
+        Parameters
+        ----------
+        x : tensor or array, optional
+            A flat point of shape ``(size,)`` (``result.x``, or the iterate a
+            callback sees); a module or a dict of the same form also goes.
+            None: the start point.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            One fresh tensor per parameter, by name and in its shape, in the
+            dtype and on the device of ``x`` (the problem's dtype on the CPU
+            otherwise).
+
+        Raises
+        ------
+        ModelError
+            The problem's variable is a tensor, or ``x`` has another shape
+            (or other names).
+        """
+        params = self._named("parameters()")
+        if x is None:
+            x = self.x0
+        dtype, device = (x.dtype, x.device) if isinstance(x, torch.Tensor) else (self._dtype, torch.device("cpu"))
+        flat = params.flatten(x, "x").to(device=device, dtype=dtype)
+        return {name: value.clone() for name, value in params.split(flat).items()}
+
+    def load_into(self, module: torch.nn.Module, x: Any = None) -> torch.nn.Module:
+        """Write a flat point into ``module``'s parameters in place, e.g. ``problem.load_into(model, result.x)``.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            A module of the form of the problem's ``x0`` (the same parameter
+            names and shapes): ``x0`` itself, or a copy of it.  Each
+            parameter keeps its dtype and device; buffers are left as they are.
+        x : tensor or array, optional
+            A flat point of shape ``(size,)``, e.g. ``result.x``.  None: the
+            start point.
+
+        Returns
+        -------
+        torch.nn.Module
+            ``module``, with its parameters overwritten.
+
+        Raises
+        ------
+        ModelError
+            The problem's variable is a tensor, ``x`` has another shape, or
+            the module's parameters differ in names or shapes.
+        """
+        params = self._named("load_into()")
+        return params.load_into(module, self.x0 if x is None else x)

@@ -11,163 +11,17 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
-from torch.func import functional_call
 
+from fullcomp.autodiff import call_checked
 from fullcomp.errors import DomainError, ModelError, OptionError
-from fullcomp.oracles import call_checked
+from fullcomp.model.params import Bound, Params, as_float_tensor, cast_like  # noqa: F401  (imported from here too)
 from fullcomp.sets.base import Set
 
 Sampler = Callable[[torch.Generator], Any]
-
-
-class Bound:
-    """A module whose parameters are the current iterate: call it like the module itself.
-
-    ``phi(x, y, batch)`` receives one of these when ``x0`` is an
-    ``nn.Module``; ``x(inputs)`` runs the module through
-    ``torch.func.functional_call`` so gradients flow to the iterate.
-    ``x.params`` is the dict of parameter tensors, ``x.module`` the module.
-    """
-
-    __slots__ = ("module", "params")
-
-    def __init__(self, module: torch.nn.Module, params: dict[str, torch.Tensor]):
-        self.module, self.params = module, params
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return functional_call(self.module, self.params, args, kwargs)
-
-    def __repr__(self) -> str:
-        return f"Bound({type(self.module).__name__}, {len(self.params)} tensors)"
-
-
-class Params:
-    """How one block of variables (x, y or z) maps to a flat vector and back."""
-
-    def __init__(self, value: Any, name: str):
-        self.name = name
-        if isinstance(value, torch.nn.Module):
-            self.kind = "module"
-            self.module = value
-            named = dict(value.named_parameters())
-            for key, p in named.items():
-                if not p.is_floating_point():
-                    raise ModelError(
-                        f"{name} is a module whose parameter {key!r} has dtype {p.dtype}; SMAG needs floating-point "
-                        f"parameters: convert the module with {name}.float() or .double()"
-                    )
-                if not bool(torch.isfinite(p).all()):
-                    raise ModelError(f"{name} has non-finite entries in parameter {key!r}; start from finite values")
-            self.buffers = dict(value.named_buffers())
-            self._cast_buffers: dict[tuple, dict[str, torch.Tensor]] = {}
-        elif isinstance(value, Mapping):
-            self.kind = "dict"
-            named = {}
-            for key, v in value.items():
-                if not isinstance(key, str):
-                    raise ModelError(f"{name} is a dict whose keys must be strings, got key {key!r}")
-                named[key] = as_float_tensor(v, f"{name}[{key!r}]")
-        else:
-            self.kind = "tensor"
-            named = {"": as_float_tensor(value, name)}
-        if not named or sum(t.numel() for t in named.values()) == 0:
-            raise ModelError(f"{name} has no entries to optimize; pass a non-empty tensor, dict of tensors or module")
-        self.names = list(named)
-        self.shapes = [tuple(t.shape) for t in named.values()]
-        self.numels = [t.numel() for t in named.values()]
-        self.size = sum(self.numels)
-        self.initial = named
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of the first tensor, the first a check at the start point tries."""
-        return next(iter(self.initial.values())).dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The tensor's shape, or ``(size,)`` for a dict or a module."""
-        return self.shapes[0] if self.kind == "tensor" else (self.size,)
-
-    def flat(self, dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
-        """The initial values as one flat vector (a fresh tensor, detached from the user's)."""
-        parts = [t.detach().reshape(-1).to(device=device, dtype=dtype) for t in self.initial.values()]
-        return torch.cat(parts).clone()
-
-    def split(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {n: part.view(s) for n, part, s in zip(self.names, flat.split(self.numels), self.shapes)}
-
-    def view(self, flat: torch.Tensor) -> Any:
-        """What the user's function receives: views into ``flat``, so gradients reach it."""
-        if self.kind == "tensor":
-            return flat if flat.shape == self.shapes[0] else flat.view(self.shapes[0])
-        params = self.split(flat)
-        if self.kind == "dict":
-            return params
-        key = (flat.dtype, flat.device)
-        if key not in self._cast_buffers:
-            self._cast_buffers[key] = {k: cast_like(b, flat) for k, b in self.buffers.items()}
-        return Bound(self.module, {**self._cast_buffers[key], **params})
-
-    def build(self, flat: torch.Tensor) -> Any:
-        """What a result holds: a tensor, a dict of tensors or a copy of the module with these values."""
-        flat = flat.detach()
-        if self.kind == "tensor":
-            return flat.clone().view(self.shapes[0])
-        params = {k: v.clone() for k, v in self.split(flat).items()}
-        if self.kind == "dict":
-            return params
-        module = copy.deepcopy(self.module)
-        module.to(device=flat.device, dtype=flat.dtype)
-        with torch.no_grad():
-            for key, p in module.named_parameters():
-                p.copy_(params[key])
-        return module
-
-    def coerce(self, value: Any, dtype: torch.dtype, device: str | torch.device, what: str) -> torch.Tensor:
-        """A user-given point of this block (same container, or a flat vector) as a flat vector."""
-        if isinstance(value, Bound):
-            value = value.params
-        if isinstance(value, torch.nn.Module):
-            value = dict(value.named_parameters())
-        if isinstance(value, Mapping):
-            missing = [n for n in self.names if n not in value]
-            if missing:
-                raise ModelError(f"{what} lacks the entries {missing} of {self.name}")
-            return torch.cat([as_float_tensor(value[n], what).reshape(-1) for n in self.names]).to(device, dtype)
-        t = as_float_tensor(value, what).reshape(-1).to(device, dtype)
-        if t.numel() != self.size:
-            raise ModelError(f"{what} has {t.numel()} entries but {self.name} has {self.size}")
-        return t
-
-
-def as_float_tensor(value: Any, name: str) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        t = value.detach()
-    else:
-        try:
-            t = torch.as_tensor(np.asarray(value, dtype=np.float64))
-        except (TypeError, ValueError):
-            raise ModelError(
-                f"{name} must be a tensor, a dict of tensors or a torch.nn.Module, got {type(value).__name__}"
-            ) from None
-    if t.is_complex():
-        raise ModelError(f"{name} is complex; SMAG works with real floating-point tensors")
-    if not t.is_floating_point():
-        t = t.to(torch.get_default_dtype())
-    if not bool(torch.isfinite(t).all()):
-        raise ModelError(f"{name} has non-finite entries; start from finite values")
-    return t
-
-
-def cast_like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    if t.is_floating_point():
-        return t.to(device=like.device, dtype=like.dtype)
-    return t.to(device=like.device)
 
 
 def to_run(batch: Any, dtype: torch.dtype, device: str | torch.device) -> Any:

@@ -45,6 +45,7 @@ class Product(Set):
         self.shape = (int(bounds[-1]),)
         # Column generation calls the LMO many times per GLMO: fine when every block's LMO is cheap.
         self.cheap_lmo = all(b.cheap_lmo for b in self.blocks)
+        self.polytope = all(b.polytope for b in self.blocks)  # its LMO returns vertices when every block's does
 
     def parts(self, x: np.ndarray) -> list[np.ndarray]:
         """The blocks of a flat point, each in its block's shape."""
