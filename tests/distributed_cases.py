@@ -261,8 +261,24 @@ def sharded_mean(rank: int | None) -> fc.CompositeProblem:
     )
 
 
+def network(rank: int | None) -> fc.CompositeProblem:
+    """A network as the variable, one l2 ball per layer: the group losses of an MLP on the rank's rows."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3)).double()
+
+    def inner(net, rows):
+        return torch.nn.functional.softplus(net(X[rows]) * (2 * TARGET[rows, None] - 1)).mean(0)
+
+    domain = fc.layer_domains(model, "l2", factor=3.0)
+    exact = torch.arange(ROWS) if rank is None else shard_rows(rank)
+    return fc.CompositeProblem(
+        cp.max(fc.inner_value(3)), inner, domain, sampler=sampler_for(rank), x0=model, full_batch=exact
+    )
+
+
 RUNS = {  # name: (problem builder, method, options)
     "hmsfw": (composite, "hmsfw", {}),
+    "hmsfw-network": (network, "hmsfw", {}),
     "hmsfw-structured": (completion, "hmsfw", {"max_pricing": 3}),
     "psg": (composite, "psg", {"eta": 0.1}),
     "smag": (dmax, "smag", {"gamma": 0.5, "eta0": 0.2, "eta1": 0.1}),
