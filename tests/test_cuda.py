@@ -146,3 +146,83 @@ def test_the_nuclear_lmo_multiplies_on_the_gpu_of_a_cuda_run(by_blocks, monkeypa
     res = fc.hmsfw(problem, iters=5, seed=1, progress=False)
     assert products and res.x_entries.is_cuda
     assert np.linalg.svd(res.x.cpu().numpy(), compute_uv=False).sum() <= 2.0 + 1e-8
+
+
+def _network(device: str):
+    import cvxpy as cp
+
+    import fullcomp as fc
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).double().to(device)
+    X = torch.randn(48, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(device)
+    labels = torch.arange(48) % 3
+    step = [0]
+
+    def sampler(gen):  # the same rows on both devices: drawn on the CPU from a counter
+        step[0] += 1
+        return torch.randint(48, (12,), generator=torch.Generator().manual_seed(step[0])).to(device)
+
+    def inner(net, rows):
+        loss = torch.nn.functional.cross_entropy(net(X[rows]), labels.to(device)[rows], reduction="none")
+        return torch.stack([loss[labels.to(device)[rows] == g].mean() for g in range(3)])
+
+    domain = fc.layer_domains(model, "l2", factor=3.0)
+    return fc.CompositeProblem(cp.max(fc.inner_value(3)), inner, domain, sampler=sampler, x0=model), model, inner
+
+
+def test_a_network_problem_on_cuda_matches_the_cpu_run():
+    import fullcomp as fc
+
+    cpu = fc.solve(_network("cpu")[0], "hmsfw", iters=8, seed=1, progress=False)
+    gpu = fc.solve(_network("cuda")[0], "hmsfw", iters=8, seed=1, progress=False)
+    assert gpu.x.is_cuda and torch.allclose(gpu.x.cpu(), cpu.x, rtol=0, atol=1e-8)
+
+
+def test_the_torch_optimizer_on_cuda_matches_the_cpu_run():
+    import cvxpy as cp
+
+    import fullcomp as fc
+
+    points = {}
+    for device in ("cpu", "cuda"):
+        problem, model, inner = _network(device)
+        opt = fc.optim.HMSFW(model.parameters(), cp.max(fc.inner_value(3)), problem.domain)
+        for k in range(6):
+            rows = torch.randint(48, (12,), generator=torch.Generator().manual_seed(100 + k)).to(device)
+            opt.step(lambda rows=rows, inner=inner, model=model: inner(model, rows))
+        points[device] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+    assert torch.allclose(points["cuda"], points["cpu"], rtol=0, atol=1e-8)
+
+
+def test_a_loader_sampler_feeds_a_cuda_run():
+    import cvxpy as cp
+
+    import fullcomp as fc
+
+    data = torch.utils.data.TensorDataset(torch.randn(23, 4, dtype=torch.float64))
+    xs = {}
+    for device in ("cpu", "cuda"):
+        loader = torch.utils.data.DataLoader(data, batch_size=5, shuffle=True)
+        A = torch.randn(3, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64).to(device)
+        problem = fc.CompositeProblem(
+            cp.max(fc.inner_value(3)),
+            lambda x, batch, A=A, device=device: (batch[0].to(device) @ x[:4].reshape(4, 1)).mean() * A.sum(1),
+            fc.L1Ball(4, 1.0),
+            sampler=fc.LoaderSampler(loader),
+        )
+        result = fc.solve(problem, "hmsfw", iters=6, seed=3, device=device, progress=False)
+        assert result.status == "iterations" and result.x.device.type == device
+        xs[device] = result.x.cpu()
+    # The epochs' order is drawn from each run's generator (a CUDA one draws another stream), so only the
+    # feasibility of both points is compared.
+    assert all(float(x.abs().sum()) <= 1.0 + 1e-9 for x in xs.values())
+
+
+def test_closed_form_lmos_of_the_catalog_run_on_cuda_tensors():
+    import fullcomp as fc
+
+    d = torch.randn(12, dtype=torch.float64, device="cuda")
+    for domain in (fc.CappedSimplex(12, 1.0, cap=0.25), fc.KSparsePolytope(12, 3, 1.0), fc.LpBall(12, 3.0, 1.0)):
+        on_gpu = domain.lmo(d)
+        assert on_gpu.is_cuda and torch.allclose(on_gpu.cpu(), torch.as_tensor(domain.lmo(d.cpu().numpy())))
