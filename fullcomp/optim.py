@@ -1,4 +1,4 @@
-"""fullcomp's composite methods as ``torch.optim`` optimizers, for networks trained in a loop of the user's own.
+"""fullcomp's composite methods and SMAG as ``torch.optim`` optimizers, for networks trained in a loop of one's own.
 
 ``fc.optim.HMSFW(model.parameters(), outer=fc.cvar(u, 0.2), domain=...)`` (or param groups, each with its own
 ``domain``) takes one update per ``step(closure)``: the closure returns the ``n`` inner values (the group
@@ -192,6 +192,116 @@ class CompositeOptimizer(torch.optim.Optimizer):
         self._pending = None
 
 
+class _ClosureValue(torch.autograd.Function):
+    """One value of the closure (phi's, or psi's) as a function of the flat point, for SMAG's problem."""
+
+    @staticmethod
+    def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor], which: int) -> torch.Tensor:
+        with torch.no_grad():
+            for p, part in zip(params, v.split([p.numel() for p in params])):
+                p.copy_(part.view_as(p))
+        with torch.enable_grad():
+            out = closure()
+            values = out if isinstance(out, (tuple, list)) else (out,)
+            if which >= len(values) or not isinstance(values[which], torch.Tensor) or values[which].numel() != 1:
+                raise ModelError(
+                    "SMAG's closure returns phi (a scalar tensor), or the pair (phi, psi) for a difference of two "
+                    f"functions, computed from the model's parameters; got {type(out).__name__}"
+                )
+            value = values[which].reshape(())
+            if ctx.needs_input_grad[0]:
+                grads = torch.autograd.grad(value, params, allow_unused=True)
+                flat = [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
+                ctx.save_for_backward(torch.cat(flat).to(v.dtype))
+        return value.detach().to(v.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
+        (grad,) = ctx.saved_tensors
+        return grad_out * grad, None, None, None
+
+
+class SMAG(torch.optim.Optimizer):
+    """SMAG (Algorithm 2 of the SMAG paper: phi - psi, both smooth-weakly convex) as a torch optimizer.
+
+    ``step(closure)``: the closure returns phi on the user's batch (a scalar tensor), or the pair (phi, psi)
+    for a difference of two functions, computed from the model's parameters; SMAG's update (the Moreau
+    envelopes' proximal estimates, then x along their difference) is ``fc.solve(problem, "smag")``'s, run by
+    a :class:`fullcomp.Stepper` on the closure, and the new x is written into the parameters.
+
+    Parameters
+    ----------
+    params : iterable of tensors
+        ``model.parameters()``.
+    gamma, eta0, eta1 : float
+        SMAG's Moreau parameter and step sizes (``fc.describe("smag")``).
+    psi : bool
+        Whether the closure returns (phi, psi) (default False: phi alone).
+    seed : int
+        The seed of the method's generator.
+    **hyperparameters
+        SMAG's other hyperparameters (``decay``, ``output``).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        gamma: float,
+        eta0: float,
+        eta1: float,
+        *,
+        psi: bool = False,
+        seed: int = 0,
+        **hyperparameters: Any,
+    ):
+        super().__init__(params, {})
+        self.hyperparameters = {"gamma": gamma, "eta0": eta0, "eta1": eta1, **hyperparameters}
+        self.psi, self.seed = psi, seed
+        self._closure: Callable | None = None
+        self.stepper: Stepper | None = None
+
+    @property
+    def _params(self) -> list[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def _start(self) -> Stepper:
+        from fullcomp.model.dmax import DMaxProblem
+
+        params = self._params
+        point = torch.cat([p.detach().reshape(-1) for p in params])
+
+        def part(which: int) -> Callable:
+            return lambda x, closure: _ClosureValue.apply(x, closure, params, which)
+
+        problem = DMaxProblem(
+            part(0), part(1) if self.psi else None, x0=point.clone(), sampler=lambda generator: self._closure
+        )
+        return Stepper(problem, "smag", seed=self.seed, device=point.device, **self.hyperparameters)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any]) -> dict:  # type: ignore[override]
+        """One SMAG update on the closure's batch; returns the history row."""
+        if not callable(closure):
+            raise OptionError("step needs a closure() -> phi (or (phi, psi)) on your batch")
+        self._closure = closure
+        try:
+            if self.stepper is None:
+                self.stepper = self._start()
+            row = self.stepper.step(closure)
+        finally:
+            self._closure = None
+        x = self.stepper.x.reshape(-1)
+        for p, piece in zip(self._params, x.split([p.numel() for p in self._params])):
+            p.copy_(piece.view_as(p).to(p.dtype))
+        return row
+
+    def state_dict(self) -> dict:
+        """The hyperparameters and the stepper's state."""
+        plain = {k: v for k, v in sorted(self.hyperparameters.items()) if _plain(v)}
+        return {"method": "smag", "hyperparameters": plain, "psi": self.psi, "seed": self.seed,
+                "stepper": None if self.stepper is None else self.stepper.state_dict()}  # fmt: skip
+
+
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str, tuple))
 
@@ -214,4 +324,4 @@ class PSG(CompositeOptimizer):
     method = "psg"
 
 
-__all__ = ["CompositeOptimizer", "HMSFW", "SCFW", "PSG"]
+__all__ = ["CompositeOptimizer", "HMSFW", "SCFW", "PSG", "SMAG"]

@@ -125,3 +125,60 @@ def test_bad_domains_and_closures_are_refused():
     opt = fc.optim.HMSFW(model.parameters(), cp.max(u), fc.L2Ball(sum(p.numel() for p in model.parameters()), 0.01))
     with pytest.raises(OptionError, match="make_feasible"):
         opt.step(lambda: group_losses(model, batches(1)[0]))
+
+
+def test_smag_in_a_loop_takes_the_iterates_of_solve():
+    # A difference of two functions of a network's weights: phi the group losses' mean plus a square, psi a norm.
+    data = batches(6)
+    model = network()
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [p.numel() for _, p in model.named_parameters()]
+
+    def phi_of(net, batch):
+        return group_losses(net, batch).mean() + 0.1 * sum((p**2).sum() for p in net.parameters())
+
+    def psi_of(net, batch):
+        return 0.05 * sum(p.abs().sum() for p in net.parameters())
+
+    def on_flat(f):
+        def g(x, batch):
+            params = {n: part.view(s) for n, part, s in zip(names, x.split(sizes), shapes)}
+            template = network()
+            for p in template.parameters():
+                p.requires_grad_(False)
+            return f(_Bound(template, params), batch)
+
+        return g
+
+    current = [data[0]]
+    x0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    problem = fc.DMaxProblem(on_flat(phi_of), on_flat(psi_of), x0=x0.clone(), sampler=lambda gen: current[0])
+    options = {"gamma": 0.5, "eta0": 0.05, "eta1": 0.1}
+    solved = fc.solve(
+        problem,
+        "smag",
+        iters=6,
+        seed=0,
+        progress=False,
+        callback=lambda it: current.__setitem__(0, data[min(it.k + 1, len(data) - 1)]),
+        **options,
+    )
+    opt = fc.optim.SMAG(model.parameters(), psi=True, **options)
+    for batch in data:
+        opt.step(lambda batch=batch: (phi_of(model, batch), psi_of(model, batch)))
+    point = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert torch.allclose(point, solved.x, rtol=0, atol=1e-12)
+
+
+class _Bound:
+    """A module called with given parameters (functional_call), its ``parameters()`` those tensors."""
+
+    def __init__(self, module, params):
+        self.module, self.params = module, params
+
+    def __call__(self, *args):
+        return functional_call(self.module, self.params, args)
+
+    def parameters(self):
+        return iter(self.params.values())
