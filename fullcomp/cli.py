@@ -490,6 +490,10 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
         "partial AUC with an adversarial fairness regularizer (SMAG paper, Section 5.2)",
         "fullcomp.experiments.pauc",
     ),
+    "group-dro": (
+        "group-robust training of a network (Colored MNIST, Adult): HMSFW against ERM and Group DRO",
+        "fullcomp.experiments.groupdro",
+    ),
 }
 
 

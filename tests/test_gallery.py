@@ -13,8 +13,8 @@ GALLERY = Path(__file__).resolve().parents[1] / "examples" / "gallery"
 SCRIPTS = sorted(GALLERY.glob("plot_*.py"))
 
 
-def test_the_gallery_has_its_nine_examples() -> None:
-    assert [p.name[:7] for p in SCRIPTS] == [f"plot_0{i}" for i in range(1, 10)]
+def test_the_gallery_has_its_ten_examples() -> None:
+    assert [p.name[:7] for p in SCRIPTS] == [f"plot_{i:02d}" for i in range(1, 11)]
     readme = (GALLERY / "README.md").read_text()
     assert all(p.name in readme for p in SCRIPTS)
 

@@ -44,8 +44,8 @@ def test_the_site_builds_strictly(tmp_path):
     assert "phi" in parameter_names(api, "fullcomp.model.dmax.DMaxProblem")
     assert parameter_names(api, "fullcomp.algorithms.method.solve") == {"problem", "method", "**options"}
     gallery = (site / "gallery" / "index.html").read_text()
-    assert all(f"plot_0{i}_" in gallery for i in range(1, 10))
-    assert len(list((site / "gallery").glob("plot_0*.png"))) == 9
+    assert all(f"plot_{i:02d}_" in gallery for i in range(1, 11))
+    assert len(list((site / "gallery").glob("plot_*.png"))) == 10
 
 
 def parameter_names(page: str, ident: str) -> set[str]:
