@@ -201,7 +201,9 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     value, jac = sample_at(y0, 0)
     # z_exact: z is f(y) on full_batch (the deterministic method while rho = 1), so phi(y) is F(z, y) and the
     # history's objective needs no evaluation of the map of its own
+    # sample: f~(y_k) on the batch the trackers took at y_k, for an estimate of phi no tracker extrapolates
     state = {"y": y0, "V": dense(jac), "revision": Revision(0), "z": value, "start": 1.0, "z_exact": exact}
+    state["sample"] = value
     state.update(atoms=AtomicForm(), shift=0.0)
     if hp["first_step"] != "auto":
         state["shift"] = 2.0 / hp["first_step"] - 2.0
@@ -280,6 +282,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             z = polyak(state["z"], value, rho)
         new = {**state, "y": y_next, "V": V, "revision": revision, "z": z, "atoms": atoms}
         new["start"], new["z_exact"] = state["start"] * (1 - gamma), exact and rho == 1
+        new["sample"] = value
         return new, row
 
     def dense_point(state: dict) -> torch.Tensor | None:
@@ -311,6 +314,15 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         "schedule": sched.name,
         "tracker": tracker,
     }
+    def sampled_estimate(state: dict) -> dict:
+        """F at the last fresh sample f~(y_k), beside the tracked estimate: on a map that is not affine the Taylor
+        tracker's extrapolation can drift (below the losses' own floor, on a network), the sample cannot."""
+        sample = state.get("sample")  # a checkpoint from before this column has none
+        if sample is None or (outer.depends_on_x and kept is not None):  # no dense x to read F's x-terms at
+            return {}
+        x = numpy(state["y"]).reshape(domain.shape) if outer.depends_on_x else None
+        return {"objective_sample": outer.value(numpy(sample), x)}
+
     return Plan(
         step,
         state,
@@ -324,6 +336,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             known=lambda s: s["z"] if s.get("z_exact") else None,  # a checkpoint from before z_exact has none
         ),
         gap="gap_estimate",
+        evaluate=sampled_estimate,
         components={"glmo": solver},
         sharded=problem.sharded,
         info=info,

@@ -70,6 +70,9 @@ class Plan:
     objective: Callable[[dict], float] | None = None
     converged: Callable[[dict], bool] | None = None
     weights: Callable[[dict], Any] | None = None
+    #: More columns of a state, computed where the true objective is (outside optimizer time): estimates a
+    #: method offers beside its tracked one.
+    evaluate: Callable[[dict], dict] | None = None
     components: dict[str, Any] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     #: The row's column that measures the gap or stationarity (a Frank-Wolfe gap, a gradient norm, the move of
@@ -197,6 +200,8 @@ def drive(
         due = last or at == 0 or (every is not None and at % every == 0)
         if want_objective and due:
             row["objective"] = plan.objective(current)
+        if plan.evaluate is not None and due:
+            row.update(plan.evaluate(current))
         if plan.weights is not None and due:
             q = weights[at] = np.asarray(plan.weights(current), dtype=np.float64)
             if q.size <= WEIGHT_COLUMNS:
@@ -231,8 +236,7 @@ def drive(
 
     def result(status: str) -> Result:
         info.update(iterations=k, optimizer_seconds=watch.elapsed, clock=watch.clock, stopped=status)
-        if metrics:
-            info["metrics"] = list(metrics)
+        info["metrics"] = list(metrics)  # the callback's columns: a report tells them from the method's own
         result = plan.finish(state, history, info)
         if k in weights:
             result.weights = weights[k]
