@@ -314,6 +314,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         "schedule": sched.name,
         "tracker": tracker,
     }
+
     def sampled_estimate(state: dict) -> dict:
         """F at the last fresh sample f~(y_k), beside the tracked estimate: on a map that is not affine the Taylor
         tracker's extrapolation can drift (below the losses' own floor, on a network), the sample cannot."""

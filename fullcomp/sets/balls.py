@@ -13,7 +13,7 @@ import torch
 from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Atom, Entries, MixtureAtom, RankOneAtom, ScaledRows
-from fullcomp.sets.base import Set, as_shape, check_radius, numeric
+from fullcomp.sets.base import Ball, Set, as_shape, check_radius, numeric
 from fullcomp.sets.lanczos import DevicePattern, SingularPair, SparsePattern
 from fullcomp.sets.subspace import RitzSubspace
 
@@ -76,20 +76,10 @@ def project_simplex(v: np.ndarray, total: float) -> np.ndarray:
     return np.maximum(v - theta, 0.0)
 
 
-class L1Ball(Set):
+class L1Ball(Ball):
     """{x : sum |x_i| <= radius}, entrywise for any shape."""
 
     polytope = True
-
-    def __init__(self, shape, radius: float = 1.0):
-        self.shape = as_shape(shape)
-        self.radius = check_radius(radius)
-
-    @property
-    def diameter(self) -> float:
-        return 2.0 * self.radius
-
-    contains_origin = True  # a ball centred at the origin
 
     @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
@@ -107,18 +97,8 @@ class L1Ball(Set):
         return [cp.sum(cp.abs(var)) <= self.radius]
 
 
-class L2Ball(Set):
+class L2Ball(Ball):
     """{x : ||x||_2 <= radius}, Frobenius norm for matrices."""
-
-    def __init__(self, shape, radius: float = 1.0):
-        self.shape = as_shape(shape)
-        self.radius = check_radius(radius)
-
-    @property
-    def diameter(self) -> float:
-        return 2.0 * self.radius
-
-    contains_origin = True  # a ball centred at the origin
 
     @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:

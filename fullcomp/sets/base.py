@@ -235,3 +235,17 @@ class Set(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(shape={self.shape})"
+
+
+class Ball(Set):
+    """A ball {x : ||x|| <= radius} of some norm, centred at the origin: the shape and the radius, checked."""
+
+    contains_origin = True
+
+    def __init__(self, shape: Any, radius: float = 1.0):
+        self.shape = as_shape(shape)
+        self.radius = check_radius(radius)
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius

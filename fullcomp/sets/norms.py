@@ -133,7 +133,18 @@ def ksparse_project(v: np.ndarray, k: int, radius: float) -> np.ndarray:
     return (np.sign(flat) * y).reshape(v.shape)
 
 
-class KSparsePolytope(Set):
+class _KSet(Set):
+    """A set of the k largest entries' magnitudes: its shape, k and radius, checked."""
+
+    contains_origin = True
+
+    def __init__(self, shape, k: int, radius: float = 1.0):
+        self.shape = as_shape(shape)
+        self.k = check_count(k, "k", 1, self.size, f"k={max(1, self.size // 2)} (1 <= k <= size={self.size})")
+        self.radius = check_radius(radius)
+
+
+class KSparsePolytope(_KSet):
     """The K-sparse polytope: the convex hull of the vectors with k nonzero entries, each +-radius.
 
     Equal to {||x||_inf <= radius, ||x||_1 <= k radius} (FrankWolfe.jl's ``KSparseLMO``); it is the unit ball
@@ -143,17 +154,10 @@ class KSparsePolytope(Set):
 
     polytope = True
 
-    def __init__(self, shape, k: int, radius: float = 1.0):
-        self.shape = as_shape(shape)
-        self.k = check_count(k, "k", 1, self.size, f"k={max(1, self.size // 2)} (1 <= k <= size={self.size})")
-        self.radius = check_radius(radius)
-
     @property
     def diameter(self) -> float:
         # Every vertex has norm radius sqrt(k), and v, -v are both vertices.
         return 2.0 * self.radius * math.sqrt(self.k)
-
-    contains_origin = True
 
     @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
@@ -184,7 +188,7 @@ class KSparsePolytope(Set):
         return f"KSparsePolytope(shape={self.shape}, k={self.k}, radius={self.radius})"
 
 
-class KNormBall(Set):
+class KNormBall(_KSet):
     """{x : sum of the k largest |x_i| <= radius}, the ball of the K-norm (FrankWolfe.jl's ``KNormBallLMO``).
 
     It is conv(B_1(radius) U B_inf(radius / k)), so the LMO is the better of the l1 ball's vertex
@@ -196,17 +200,10 @@ class KNormBall(Set):
 
     polytope = True
 
-    def __init__(self, shape, k: int, radius: float = 1.0):
-        self.shape = as_shape(shape)
-        self.k = check_count(k, "k", 1, self.size, f"k={max(1, self.size // 2)} (1 <= k <= size={self.size})")
-        self.radius = check_radius(radius)
-
     @property
     def diameter(self) -> float:
         # The farthest vertices from the origin: radius e_i (norm radius) or (radius / k) (+-1, ..., +-1).
         return 2.0 * self.radius * max(1.0, math.sqrt(self.size) / self.k)
-
-    contains_origin = True
 
     def norm(self, x: np.ndarray) -> float:
         return top_k_abs_sum(np.asarray(x, dtype=float), self.k)
