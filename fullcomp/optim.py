@@ -24,42 +24,118 @@ from fullcomp.sets.base import Set
 from fullcomp.sets.product import Product
 
 
+def _write(params: list[torch.Tensor], v: torch.Tensor) -> None:
+    """The flat point v into the parameters, in place."""
+    with torch.no_grad():
+        for p, part in zip(params, v.split([p.numel() for p in params])):
+            p.copy_(part.view_as(p).to(p.dtype))
+
+
 class _ClosureMap(torch.autograd.Function):
-    """The closure's values as a function of the flat point v: the point is written into the parameters, the
-    closure run, and its Jacobian taken by one backward pass per value, for the backward pass to hand on."""
+    """Values of the closure as a function of the flat point v: the point is written into the parameters, the
+    closure run, ``pick`` takes the 1-D tensor of values from its output, and their Jacobian is taken by one
+    backward pass per value, for the backward pass to hand on."""
 
     @staticmethod
-    def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor]) -> torch.Tensor:
-        with torch.no_grad():
-            for p, part in zip(params, v.split([p.numel() for p in params])):
-                p.copy_(part.view_as(p))
+    def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor], pick: Callable) -> Any:
+        _write(params, v)
         with torch.enable_grad():
-            out = closure()
-            if not isinstance(out, torch.Tensor) or out.dim() != 1:
-                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise ModelError(
-                    "the closure must return a 1-D tensor of the inner values (one loss per group), computed from "
-                    f"the model's parameters; got {got}"
-                )
+            out = pick(closure())
             if ctx.needs_input_grad[0]:
                 rows = []
                 for i in range(out.numel()):
                     grads = torch.autograd.grad(out[i], params, retain_graph=i + 1 < out.numel(), allow_unused=True)
-                    rows.append(
-                        torch.cat(
-                            [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
-                        )
-                    )
+                    flat = [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
+                    rows.append(torch.cat(flat))
                 ctx.save_for_backward(torch.stack(rows).to(v.dtype))
         return out.detach().to(v.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
         (jac,) = ctx.saved_tensors
-        return grad_out @ jac, None, None
+        return grad_out @ jac, None, None, None
 
 
-class CompositeOptimizer(torch.optim.Optimizer):
+class _SteppedOptimizer(torch.optim.Optimizer):
+    """A registered method behind ``torch.optim``'s interface: a :class:`fullcomp.Stepper` on a problem whose
+    batch is the step's closure, built at the first step (whose closure also gives the set-up's sample)."""
+
+    method: str
+
+    def __init__(self, params: Iterable[Any], defaults: dict, seed: int, hyperparameters: dict):
+        super().__init__(params, defaults)
+        self.seed, self.hyperparameters = seed, hyperparameters
+        self.stepper: Stepper | None = None
+        self._closure: Callable | None = None
+        self._pending: dict | None = None  # a state_dict loaded before the first step
+
+    @property
+    def _params(self) -> list[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def _problem(self, point: torch.Tensor) -> Any:
+        """The problem the method runs on, started at the parameters' flat ``point``."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any]) -> dict:  # type: ignore[override]
+        """One update on the closure's batch; returns the history row (``objective_estimate``, ...).
+
+        ``closure()`` computes the values from the model's parameters (it is called with gradients enabled,
+        as often as the update needs them) and must not call ``backward`` itself.
+        """
+        if not callable(closure):
+            raise OptionError(f"step needs a closure() computing the {self.method} problem's values on your batch")
+        self._closure = closure
+        try:
+            if self.stepper is None:
+                point = torch.cat([p.detach().reshape(-1) for p in self._params])
+                self.stepper = Stepper(
+                    self._problem(point), self.method, seed=self.seed, device=point.device, **self.hyperparameters
+                )
+                if self._pending is not None:
+                    self.stepper.load_state_dict(self._pending)
+                    self._pending = None
+            row = self.stepper.step(closure)
+        finally:
+            self._closure = None
+        _write(self._params, self.stepper.x.reshape(-1))
+        return row
+
+    def state_dict(self) -> dict:
+        """The hyperparameters (as torch.optim keeps them in ``param_groups``) and the stepper's state."""
+        return {
+            "method": self.method,
+            "hyperparameters": {k: v for k, v in sorted(self.hyperparameters.items()) if _plain(v)},
+            "seed": self.seed,
+            "stepper": None if self.stepper is None else self.stepper.state_dict(),
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Resume from :meth:`state_dict` (before the first step, the method loads it when the step builds it)."""
+        if state_dict.get("method") != self.method:
+            raise OptionError(f"the state_dict is {state_dict.get('method')!r}'s, this optimizer runs {self.method!r}")
+        saved = state_dict.get("stepper")
+        if saved is None:
+            return
+        if self.stepper is None:
+            self._pending = saved
+        else:
+            self.stepper.load_state_dict(saved)
+            _write(self._params, self.stepper.x.reshape(-1))
+
+
+def _inner_values(out: Any) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor) or out.dim() != 1:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ModelError(
+            "the closure must return a 1-D tensor of the inner values (one loss per group), computed from the "
+            f"model's parameters; got {got}"
+        )
+    return out
+
+
+class CompositeOptimizer(_SteppedOptimizer):
     """A registered composite method (``method``) as a ``torch.optim.Optimizer``.
 
     Parameters
@@ -89,15 +165,9 @@ class CompositeOptimizer(torch.optim.Optimizer):
         seed: int = 0,
         **hyperparameters: Any,
     ):
-        super().__init__(params, {"domain": None})
-        self.outer, self.seed, self.hyperparameters = outer, seed, hyperparameters
+        super().__init__(params, {"domain": None}, seed, hyperparameters)
+        self.outer = outer
         self.domain = self._domain(domain)
-        self._closure: Callable | None = None
-        self.stepper: Stepper | None = None
-
-    @property
-    def _params(self) -> list[torch.Tensor]:
-        return [p for group in self.param_groups for p in group["params"]]
 
     def _domain(self, domain: Set | None) -> Set:
         own = [group.get("domain") for group in self.param_groups]
@@ -120,108 +190,29 @@ class CompositeOptimizer(torch.optim.Optimizer):
             )
         return found
 
-    def _start(self, closure: Callable) -> Stepper:
-        params = self._params
-        point = torch.cat([p.detach().reshape(-1) for p in params])
+    def _problem(self, point: torch.Tensor) -> CompositeProblem:
         if not self.domain.contains(point.double().cpu().numpy().reshape(self.domain.shape), tol=1e-6):
             raise OptionError("the parameters are not in the domain; fc.make_feasible(model, domain) puts them there")
-        problem = CompositeProblem(
+        params = self._params
+        return CompositeProblem(
             self.outer,
-            lambda v, batch: _ClosureMap.apply(v, batch, params),
+            lambda v, closure: _ClosureMap.apply(v, closure, params, _inner_values),
             self.domain,
             sampler=lambda generator: self._closure,  # the batch of a step is its closure
-            x0=point.detach().cpu().double().numpy().reshape(self.domain.shape),
+            x0=point.cpu().double().numpy().reshape(self.domain.shape),
             dtype=point.dtype,
             check_gradient=False,  # the closure is the user's loop: its derivative is autograd's own
         )
-        return Stepper(problem, self.method, seed=self.seed, device=point.device, **self.hyperparameters)
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], torch.Tensor]) -> dict:  # type: ignore[override]
-        """One update on the closure's batch; returns the history row (``objective_estimate``, ...).
-
-        ``closure()`` computes the n inner values from the model's parameters (it is called with gradients
-        enabled, as often as the update needs them), and must not call ``backward`` itself.
-        """
-        if not callable(closure):
-            raise OptionError("step needs a closure() -> the n inner values (one loss per group) on your batch")
-        self._closure = closure
-        try:
-            if self.stepper is None:
-                # The set-up's first sample (the trackers' start at the current point) is this closure's too.
-                self.stepper = self._start(closure)
-                self._resume()
-            row = self.stepper.step(closure)
-        finally:
-            self._closure = None
-        y = self.stepper.x.reshape(-1)
-        for p, part in zip(self._params, y.split([p.numel() for p in self._params])):
-            p.copy_(part.view_as(p).to(p.dtype))
-        return row
 
     @property
     def weights(self) -> np.ndarray | None:
         """The weights F puts on each inner value at the tracked values (the adversary's q): what to log."""
-        if self.stepper is None:
+        if self.stepper is None or self.stepper.plan.weights is None:
             return None
-        state = self.stepper.state
-        from fullcomp.glmo.subgradient import OuterCalculus
-
-        z = state["z"].detach().cpu().double().numpy()
-        return OuterCalculus(self.stepper.problem.outer).weights(z)
-
-    def state_dict(self) -> dict:
-        """The hyperparameters (as torch.optim keeps them in ``param_groups``) and the stepper's state."""
-        return {
-            "method": self.method,
-            "hyperparameters": {k: v for k, v in sorted(self.hyperparameters.items()) if _plain(v)},
-            "seed": self.seed,
-            "stepper": None if self.stepper is None else self.stepper.state_dict(),
-        }
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Resume from :meth:`state_dict` (the first ``step`` builds the method, then loads it)."""
-        if state_dict.get("method") != self.method:
-            raise OptionError(f"the state_dict is {state_dict.get('method')!r}'s, this optimizer runs {self.method!r}")
-        self._pending = state_dict
-
-    def _resume(self) -> None:
-        pending = getattr(self, "_pending", None)
-        if pending is not None and pending.get("stepper") is not None and self.stepper is not None:
-            self.stepper.load_state_dict(pending["stepper"])
-        self._pending = None
+        return np.asarray(self.stepper.plan.weights(self.stepper.state))
 
 
-class _ClosureValue(torch.autograd.Function):
-    """One value of the closure (phi's, or psi's) as a function of the flat point, for SMAG's problem."""
-
-    @staticmethod
-    def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor], which: int) -> torch.Tensor:
-        with torch.no_grad():
-            for p, part in zip(params, v.split([p.numel() for p in params])):
-                p.copy_(part.view_as(p))
-        with torch.enable_grad():
-            out = closure()
-            values = out if isinstance(out, (tuple, list)) else (out,)
-            if which >= len(values) or not isinstance(values[which], torch.Tensor) or values[which].numel() != 1:
-                raise ModelError(
-                    "SMAG's closure returns phi (a scalar tensor), or the pair (phi, psi) for a difference of two "
-                    f"functions, computed from the model's parameters; got {type(out).__name__}"
-                )
-            value = values[which].reshape(())
-            if ctx.needs_input_grad[0]:
-                grads = torch.autograd.grad(value, params, allow_unused=True)
-                flat = [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
-                ctx.save_for_backward(torch.cat(flat).to(v.dtype))
-        return value.detach().to(v.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
-        (grad,) = ctx.saved_tensors
-        return grad_out * grad, None, None, None
-
-
-class SMAG(torch.optim.Optimizer):
+class SMAG(_SteppedOptimizer):
     """SMAG (Algorithm 2 of the SMAG paper: phi - psi, both smooth-weakly convex) as a torch optimizer.
 
     ``step(closure)``: the closure returns phi on the user's batch (a scalar tensor), or the pair (phi, psi)
@@ -243,6 +234,8 @@ class SMAG(torch.optim.Optimizer):
         SMAG's other hyperparameters (``decay``, ``output``).
     """
 
+    method = "smag"
+
     def __init__(
         self,
         params: Iterable[Any],
@@ -254,52 +247,29 @@ class SMAG(torch.optim.Optimizer):
         seed: int = 0,
         **hyperparameters: Any,
     ):
-        super().__init__(params, {})
-        self.hyperparameters = {"gamma": gamma, "eta0": eta0, "eta1": eta1, **hyperparameters}
-        self.psi, self.seed = psi, seed
-        self._closure: Callable | None = None
-        self.stepper: Stepper | None = None
+        super().__init__(params, {}, seed, {"gamma": gamma, "eta0": eta0, "eta1": eta1, **hyperparameters})
+        self.psi = psi
 
-    @property
-    def _params(self) -> list[torch.Tensor]:
-        return [p for group in self.param_groups for p in group["params"]]
-
-    def _start(self) -> Stepper:
+    def _problem(self, point: torch.Tensor) -> Any:
         from fullcomp.model.dmax import DMaxProblem
 
         params = self._params
-        point = torch.cat([p.detach().reshape(-1) for p in params])
 
         def part(which: int) -> Callable:
-            return lambda x, closure: _ClosureValue.apply(x, closure, params, which)
+            def pick(out: Any) -> torch.Tensor:
+                values = out if isinstance(out, (tuple, list)) else (out,)
+                if which >= len(values) or not isinstance(values[which], torch.Tensor) or values[which].numel() != 1:
+                    raise ModelError(
+                        "SMAG's closure returns phi (a scalar tensor), or the pair (phi, psi) for a difference of "
+                        f"two functions, computed from the model's parameters; got {type(out).__name__}"
+                    )
+                return values[which].reshape(1)
 
-        problem = DMaxProblem(
+            return lambda x, closure: _ClosureMap.apply(x, closure, params, pick)[0]
+
+        return DMaxProblem(
             part(0), part(1) if self.psi else None, x0=point.clone(), sampler=lambda generator: self._closure
         )
-        return Stepper(problem, "smag", seed=self.seed, device=point.device, **self.hyperparameters)
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any]) -> dict:  # type: ignore[override]
-        """One SMAG update on the closure's batch; returns the history row."""
-        if not callable(closure):
-            raise OptionError("step needs a closure() -> phi (or (phi, psi)) on your batch")
-        self._closure = closure
-        try:
-            if self.stepper is None:
-                self.stepper = self._start()
-            row = self.stepper.step(closure)
-        finally:
-            self._closure = None
-        x = self.stepper.x.reshape(-1)
-        for p, piece in zip(self._params, x.split([p.numel() for p in self._params])):
-            p.copy_(piece.view_as(p).to(p.dtype))
-        return row
-
-    def state_dict(self) -> dict:
-        """The hyperparameters and the stepper's state."""
-        plain = {k: v for k, v in sorted(self.hyperparameters.items()) if _plain(v)}
-        return {"method": "smag", "hyperparameters": plain, "psi": self.psi, "seed": self.seed,
-                "stepper": None if self.stepper is None else self.stepper.state_dict()}  # fmt: skip
 
 
 def _plain(value: Any) -> bool:

@@ -182,3 +182,23 @@ class _Bound:
 
     def parameters(self):
         return iter(self.params.values())
+
+
+def test_a_state_dict_loaded_into_a_running_optimizer_takes_effect_at_once():
+    u = fc.inner_value(GROUPS)
+    data = batches(6)
+    size = sum(p.numel() for p in network().parameters())
+    first, second = network(), network()
+    a = fc.optim.HMSFW(first.parameters(), cp.max(u), fc.L2Ball(size, 10.0))
+    b = fc.optim.HMSFW(second.parameters(), cp.max(u), fc.L2Ball(size, 10.0))
+    for batch in data[:3]:
+        a.step(lambda batch=batch: group_losses(first, batch))
+    b.step(lambda: group_losses(second, data[5]))  # another state, already running
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(torch.cat([p.reshape(-1) for p in second.parameters()]), a.stepper.x.reshape(-1))
+    for batch in data[3:]:
+        a.step(lambda batch=batch: group_losses(first, batch))
+        b.step(lambda batch=batch: group_losses(second, batch))
+    assert torch.equal(a.stepper.x, b.stepper.x)
+    with pytest.raises(OptionError, match="smag"):
+        b.load_state_dict({**a.state_dict(), "method": "smag"})
