@@ -5,6 +5,12 @@ Shared by tests/test_contract.py and the subprocess it kills, so both build iden
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import fullcomp as fc
 from fullcomp.testing import composite_problem, dc_problem, minimax_problem
 
@@ -41,3 +47,19 @@ def run(method: str, **options):
     factory, required = CASES[method]
     make = options.pop("problem", None) or factory
     return fc.solve(make() if callable(make) else make, method, **{**required, "progress": False, **options})
+
+
+def kill_once_started(code: str, marker: Path, seconds: float = 120) -> None:
+    """Run ``code`` in a child process, wait (at most ``seconds``) until it creates ``marker``, then SIGKILL it."""
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + seconds
+        while not marker.exists():
+            assert child.poll() is None, "the child run ended before it could be killed"
+            assert time.monotonic() < deadline, "the child run did not reach the marked iteration"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()

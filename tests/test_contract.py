@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from contract_cases import CASES, composite, dc, minimax, run
+from contract_cases import CASES, composite, dc, kill_once_started, minimax, run
 
 import fullcomp as fc
 from fullcomp.algorithms.method import REGISTRY
@@ -205,19 +201,7 @@ run({method!r}, iters=16, seed=2, checkpoint=fc.Checkpoint({path!r}, every=3), c
 @pytest.mark.parametrize("method", ["hmsfw", "smag"])
 def test_run_killed_with_sigkill_resumes_bit_identically(method, tmp_path):
     path, marker = tmp_path / "run.ckpt", tmp_path / "started"
-    code = KILLED.format(tests=str(HERE), marker=str(marker), method=method, path=str(path))
-    child = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert child.poll() is None, "the child run ended before it could be killed"
-            assert time.monotonic() < deadline, "the child run did not reach iteration 9"
-            time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    kill_once_started(KILLED.format(tests=str(HERE), marker=str(marker), method=method, path=str(path)), marker)
     resumed = run(method, iters=16, seed=2, checkpoint=path)
     assert resumed.info["resumed_from"] == 9
     full = run(method, iters=16, seed=2)

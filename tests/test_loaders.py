@@ -6,17 +6,16 @@ import io
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import cvxpy as cp
 import numpy as np
 import pytest
 import torch
+from contract_cases import kill_once_started
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -293,6 +292,8 @@ def test_a_problem_that_already_ran_resumes_its_checkpoint(tmp_path):
 KILLED = """
 import sys, time
 sys.path.insert(0, {tests!r})
+from contract_cases import kill_once_started
+
 import fullcomp as fc
 from test_loaders import problem
 
@@ -309,18 +310,7 @@ fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False, checkpoint=fc.Che
 def test_a_run_killed_with_sigkill_resumes_bit_identically(tmp_path):
     """Epochs of 5 batches wrap at iterations 5, 10 and 15; the child dies past iteration 9, saved at 9."""
     path, marker = tmp_path / "run.ckpt", tmp_path / "started"
-    child = subprocess.Popen([sys.executable, "-c", KILLED.format(tests=str(HERE), marker=str(marker), path=str(path))])
-    try:
-        deadline = time.monotonic() + 90
-        while not marker.exists():
-            assert child.poll() is None, "the child run ended before it could be killed"
-            assert time.monotonic() < deadline, "the child run did not reach iteration 9"
-            time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    kill_once_started(KILLED.format(tests=str(HERE), marker=str(marker), path=str(path)), marker)
     resumed = fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False, checkpoint=path)
     assert resumed.info["resumed_from"] == 9
     full = fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False)
@@ -332,6 +322,8 @@ def test_a_run_killed_with_sigkill_resumes_bit_identically(tmp_path):
 
 RANK = """
 import json, sys, torch
+from contract_cases import kill_once_started
+
 import fullcomp as fc
 from torch.utils.data import DataLoader, TensorDataset
 
