@@ -20,7 +20,7 @@ import torch
 from fullcomp.errors import DomainError
 from fullcomp.model.params import Params
 from fullcomp.sets.balls import L1Ball, L2Ball
-from fullcomp.sets.base import Set
+from fullcomp.sets.base import Set, check_radius
 from fullcomp.sets.norms import KSparsePolytope
 from fullcomp.sets.polytopes import Box
 from fullcomp.sets.product import Product
@@ -199,12 +199,7 @@ def layer_domains(
 
 
 def _block(kind: str, shape: tuple[int, ...], r: Any, count: int | None, name: str) -> Set:
-    try:
-        r = float(r)
-    except (TypeError, ValueError):
-        raise DomainError(f"the radius of parameter {name!r} must be a number, got {r!r}") from None
-    if not math.isfinite(r) or r < 0:
-        raise DomainError(f"the radius of parameter {name!r} must be a finite number >= 0, got {r}")
+    r = check_radius(r, f"radius[{name!r}]")  # as the radius= dict names it
     if kind == "l2":
         return L2Ball(shape, r)
     if kind == "l1":
