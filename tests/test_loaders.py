@@ -292,8 +292,6 @@ def test_a_problem_that_already_ran_resumes_its_checkpoint(tmp_path):
 KILLED = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from contract_cases import kill_once_started
-
 import fullcomp as fc
 from test_loaders import problem
 
@@ -322,8 +320,6 @@ def test_a_run_killed_with_sigkill_resumes_bit_identically(tmp_path):
 
 RANK = """
 import json, sys, torch
-from contract_cases import kill_once_started
-
 import fullcomp as fc
 from torch.utils.data import DataLoader, TensorDataset
 
