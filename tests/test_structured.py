@@ -455,3 +455,13 @@ def test_sparse_products_through_torch_give_the_iterates_of_scipy_products(monke
         assert abs(a["objective_estimate"] - b["objective_estimate"]) <= 0.01 * a["glmo_gap"]
     scale = float(host.x_entries.abs().max())
     assert torch.allclose(host.x_entries, torch_route.x_entries, rtol=0, atol=1e-3 * scale)
+
+
+def test_a_warm_start_on_the_structured_path_with_tracked_entries_takes_the_dense_paths_first_step():
+    """The warm start's line search reads the GLMO's point at the entries the map reads, not at those it tracks."""
+    dense, structured = problems(cp.max)
+    x0 = torch.full((P, Q), 0.01, dtype=torch.float64)
+    a = fc.hmsfw(dense, iters=6, seed=2, progress=False, x0=x0)
+    b = fc.hmsfw(structured, iters=6, seed=2, progress=False, x0=x0)
+    assert np.allclose(a.history.column("gamma"), b.history.column("gamma"), rtol=0, atol=1e-12, equal_nan=True)
+    assert torch.allclose(a.x, b.x, atol=1e-7)

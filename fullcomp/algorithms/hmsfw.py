@@ -260,7 +260,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         gamma, beta, rho = sched.at(k)
         y = state["y"]
         if k == 0 and warm:
-            first = tensor(res.x.reshape(-1)) if kept is None else tensor(res.x)
+            first = tensor(res.x.reshape(-1)) if kept is None else tensor(res.x[:n_read])
             state = {**state, "shift": warm_shift(y[:n_read] if kept is not None else y, first)}
         if state["shift"]:
             gamma = sched.at(k + state["shift"])[0]
