@@ -11,6 +11,7 @@ and comes back shared.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,17 @@ def encodable(cls: type) -> type:
 
 
 _TAG, _REF, _ARRAY, _TUPLE, _NUMPY_SCALAR = "__object__", "__ref__", "__ndarray__", "__tuple__", "__npscalar__"
+
+
+def missing_fields(template: Any, state: Any) -> list[str]:
+    """What a decoded run state lacks that a method's own state has: its keys or dataclass fields, or its type."""
+    if isinstance(template, dict) and isinstance(state, dict):
+        return [f"state field {key!r}" for key in template if key not in state]
+    if type(template) is not type(state):
+        return [f"a state of type {type(template).__name__}"]
+    if dataclasses.is_dataclass(template):
+        return [f"state field {f.name!r}" for f in dataclasses.fields(template) if f.name not in vars(state)]
+    return []
 
 
 def encode(value: Any, memo: dict[int, int] | None = None) -> Any:
@@ -82,4 +94,4 @@ def decode(tree: Any, memo: dict[int, Any] | None = None) -> Any:
     return {key: decode(v, memo) for key, v in tree.items()}
 
 
-__all__ = ["encode", "decode", "encodable", "ALLOWED"]
+__all__ = ["encode", "decode", "encodable", "missing_fields", "ALLOWED"]

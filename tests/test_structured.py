@@ -67,18 +67,18 @@ def test_a_structured_step_leaves_its_state_intact_and_reuses_the_iterate_of_the
     def spying(step, state, **kwargs):
         def spied(state, k):
             new, row = step(state, k)
-            made[k + 1] = (new["y"].clone(), new["V"].clone())
+            made[k + 1] = (new.y.clone(), new.V.clone())
             return new, row
 
-        made[0] = (state["y"].clone(), state["V"].clone())
+        made[0] = (state.y.clone(), state.V.clone())
         return Plan(spied, state, **kwargs)
 
     monkeypatch.setattr(hmsfw_module, "Plan", spying)
     iterates = []  # held, so that no fresh array can take a freed one's address
 
     def check(it):  # the driver calls back on state k after step k has run on it
-        assert torch.equal(it.state["y"], made[it.k][0]) and torch.equal(it.state["V"], made[it.k][1])
-        iterates.append(it.state["y"])
+        assert torch.equal(it.state.y, made[it.k][0]) and torch.equal(it.state.V, made[it.k][1])
+        iterates.append(it.state.y)
 
     _, structured = problems(cp.max)
     fc.hmsfw(structured, iters=8, seed=2, progress=False, callback=check)
@@ -133,10 +133,6 @@ def test_an_atomic_form_blends_as_the_convex_combination_of_its_atoms():
     assert len(again) == len(late) + 1
     expected = 0.25 * pool[0].dense() + 0.25 * sum(a.dense() for a in fresh) / len(fresh) + 0.5 * pool[0].dense()
     assert np.allclose(sum(w * a.dense() for a, w in again.pairs()), expected, rtol=1e-12, atol=1e-12)
-    # A checkpoint written before AtomicForm holds the pairs themselves; a resume reads them as a form.
-    from fullcomp.algorithms.hmsfw import form as form_of
-
-    assert form_of({"atoms": again.pairs()}).pairs() == again.pairs()
 
 
 def test_reads_validation():

@@ -156,8 +156,8 @@ def test_storm_has_zero_tracking_error_without_jacobian_noise(f):
         seen = []
 
         def record(it, seen=seen):
-            y = it.state["y"]
-            seen.append(float((it.state["V"] - jacobian(f, y)).abs().max()))
+            y = it.state.y
+            seen.append(float((it.state.V - jacobian(f, y)).abs().max()))
 
         fc.hmsfw(problem, iters=12, tracker=tracker, seed=0, glmo="conic", callback=record, progress=False)
         errors[tracker] = max(seen)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.algorithms.tracked import InnerMap, numpy, true_objective, warm_factor
+from fullcomp.algorithms.tracked import numpy, true_objective, warm_factor
 from fullcomp.errors import OptionError
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
+from fullcomp.oracles import dense
+from fullcomp.oracles.tracked import TrackedModel
 from fullcomp.run import Result, RunOptions
+from fullcomp.serial import encodable
 from fullcomp.validation import CALLABLE, NONE, Interval, Options, Param, positive
 
 ICG_SCHEDULES = ("linear", "sqrt")
@@ -30,6 +34,17 @@ PARAMS = (
 )
 
 
+@encodable
+@dataclass
+class LinasaState:
+    """x_k, the value tracker w_k, the direction d_k and F_mu(w_k, x_k)."""
+
+    x: torch.Tensor
+    w: torch.Tensor
+    d: torch.Tensor
+    smoothed: torch.Tensor
+
+
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     mu, smoothing, beta, icg_steps, delta = hp["mu"], hp["smoothing"], hp["beta"], hp["icg_steps"], hp["delta"]
     N = hp["horizon"] if hp["horizon"] is not None else run.horizon
@@ -40,7 +55,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     domain, outer = problem.domain, problem.outer
     calculus = OuterCalculus(outer)
     kind = calculus.smoothing(smoothing)
-    inner = InnerMap(problem, device, dtype)
+    model = TrackedModel(problem, device, dtype, generator)  # its samples only: LiNASA tracks its own way
+    entries = model.entries
 
     def as_numpy_x(x: torch.Tensor) -> Any:
         return numpy(x).reshape(domain.shape) if outer.depends_on_x else None
@@ -48,12 +64,12 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     def samples(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """f~(x) and J~(x) from two independent batches (the value needs no Jacobian pass)."""
         value_batch, jacobian_batch = problem.sample(generator), problem.sample(generator)
-        return inner.value(x, value_batch, k), inner.sample(x, jacobian_batch, k)[1]
+        return model.value_at(x, value_batch, f"at iteration {k}"), dense(model.sample(x, k, jacobian_batch)[1])
 
     def smoothed_direction(w: torch.Tensor, x: torch.Tensor, jac: torch.Tensor) -> tuple[torch.Tensor, float]:
         """J~^T grad_u F_mu(w, x) + grad_x F_mu(w, x), and F_mu(w, x)."""
         g = calculus.smoothed(numpy(w), as_numpy_x(x), mu=mu, kind=kind)
-        return inner.chain_rule(jac, g), g.value
+        return entries.chain_rule(jac, g), g.value
 
     # Set-up (the first samples and the default beta), not optimizer time, as for hmsfw.
     x0 = torch.as_tensor(problem.x0, dtype=dtype, device=device).reshape(-1)
@@ -62,8 +78,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     if beta is None:
         first = float(torch.linalg.vector_norm(d0))
         beta = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
-        beta /= warm_factor(problem, inner, x0, d0, generator)
-    state = {"x": x0, "w": w0, "d": d0, "smoothed": torch.tensor(smoothed0, dtype=torch.float64)}
+        beta /= warm_factor(problem, model, x0, d0)
+    state = LinasaState(x0, w0, d0, torch.tensor(smoothed0, dtype=torch.float64))
 
     def icg(x: torch.Tensor, d: torch.Tensor, steps: int) -> tuple[torch.Tensor, int, float]:
         """Frank-Wolfe on q(y) = <d, y> + (beta/2)||y - x||^2 from y = x; (y, LMO calls, last FW gap)."""
@@ -77,33 +93,32 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             y = y + min(1.0, gap / (beta * float((v - y) @ (v - y)))) * (v - y)
         return y, steps, gap
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, w, d = state["x"], state["w"], state["d"]
+    def step(state: LinasaState, k: int) -> tuple[LinasaState, dict]:
+        x, w, d = state.x, state.w, state.d
         y, calls, gap = icg(x, d, work(k))
         tau = 1.0 if k == 0 else 1.0 / math.sqrt(N)
         x_next = x + tau * (y - x)
         value, jac = samples(x_next, k + 1)
-        w_next = (1 - tau) * w + tau * value + inner.image(jac, x_next - x)
+        w_next = (1 - tau) * w + tau * value + entries.image(jac, x_next - x)
         direction, smoothed = smoothed_direction(w_next, x_next, jac)
         d_next = (1 - tau) * d + tau * direction
         row = {
             "objective_estimate": outer.value(numpy(w), as_numpy_x(x)),
-            "smoothed_estimate": float(state["smoothed"]),
+            "smoothed_estimate": float(state.smoothed),
             "tau": tau,
             "icg_steps": calls,
             "icg_gap": gap,
         }
-        new = {"x": x_next, "w": w_next, "d": d_next, "smoothed": torch.tensor(smoothed, dtype=torch.float64)}
-        return new, row
+        return LinasaState(x_next, w_next, d_next, torch.tensor(smoothed, dtype=torch.float64)), row
 
-    def observe(state: dict, k: int) -> dict:
+    def observe(state: LinasaState, k: int) -> dict:
         return {
-            "objective_estimate": outer.value(numpy(state["w"]), as_numpy_x(state["x"])),
-            "smoothed_estimate": float(state["smoothed"]),
+            "objective_estimate": outer.value(numpy(state.w), as_numpy_x(state.x)),
+            "smoothed_estimate": float(state.smoothed),
         }
 
-    def finish(state: dict, history, info: dict) -> Result:
-        return Result(state["x"].reshape(domain.shape), history, info, w=state["w"], d=state["d"])
+    def finish(state: LinasaState, history, info: dict) -> Result:
+        return Result(state.x.reshape(domain.shape), history, info, w=state.w, d=state.d)
 
     info = {
         "mu": mu,
@@ -116,10 +131,10 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     return Plan(
         step,
         state,
-        iterate=lambda s: s["x"].reshape(domain.shape),
+        iterate=lambda s: s.x.reshape(domain.shape),
         finish=finish,
         observe=observe,
-        objective=true_objective(problem, lambda s: inner.read(s["x"]), lambda s: as_numpy_x(s["x"])),
+        objective=true_objective(problem, model, lambda s: s.x, lambda s: as_numpy_x(s.x)),
         info=info,
     )
 

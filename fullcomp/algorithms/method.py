@@ -20,6 +20,7 @@ from fullcomp import distributed
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.captured import stateful_samplers
 from fullcomp.model.fingerprint import problem_fingerprint
+from fullcomp.oracles.tracked import Tracked
 from fullcomp.run.driver import Plan, drive, resuming
 from fullcomp.run.options import SHARED, RunOptions
 from fullcomp.run.result import Result
@@ -242,7 +243,7 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
     plan.info = {**plan.info, "method": spec.name, "seed": run.seed, "device": str(run.device), "dtype": str(run.dtype)}
     if plan.gap is not None:
         plan.info["gap_measure"] = plan.gap
-    if plan.weights is None and isinstance(plan.state, dict) and "z" in plan.state and hasattr(problem, "outer"):
+    if plan.weights is None and isinstance(plan.state, Tracked):
         plan.weights = outer_weights(problem, plan)
     if run.horizon_used:
         plan.info["horizon"] = run.resolved_horizon
@@ -255,8 +256,8 @@ def outer_weights(problem: Any, plan: Plan) -> Callable[[dict], Any]:
 
     calculus = OuterCalculus(problem.outer)
 
-    def weights(state: dict) -> Any:
-        z = state["z"]
+    def weights(state: Tracked) -> Any:
+        z = state.z
         z = z.detach().cpu().double().numpy() if hasattr(z, "detach") else z
         if not problem.outer.depends_on_x:
             return calculus.weights(z)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.algorithms.tracked import SCHEDULE, TrackedModel, numpy, project, warm_factor
+from fullcomp.algorithms.tracked import TRACKING, dense_plan, numpy, project, schedule_of, tracked_model, warm_factor
 from fullcomp.errors import OptionError
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
+from fullcomp.oracles.tracked import Tracked
 from fullcomp.run import Result, RunOptions
+from fullcomp.serial import encodable
 from fullcomp.sets.balls import project_simplex
 from fullcomp.validation import NONE, Options, Param, positive
 
@@ -20,8 +23,16 @@ PARAMS = (
     Param("M", (positive(), NONE), None, "the quadratic coefficient; None: ||V_0^T g_0 + g_x,0|| / D_X"),
     Param("inner_iters", (positive(int),), 2, "J, inner iterations per update"),
     Param("inner", (Options(INNER),), "auto", "'dual' (F = cp.max(u)), 'subgradient' (any F) or 'auto'"),
-    SCHEDULE,
+    *TRACKING,
 )
+
+
+@encodable
+@dataclass
+class ProxLinearState(Tracked):
+    """The tracked model at x_k (``y``) and the dual solver's multipliers, warm-started across updates."""
+
+    lam: torch.Tensor
 
 
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
@@ -31,69 +42,72 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     if inner == "dual" and not calculus.plain_max:
         raise OptionError("inner='dual' needs F = cp.max(u) (the simplex dual); use 'subgradient' or 'auto'")
     route = ("dual" if calculus.plain_max else "subgradient") if inner == "auto" else inner
-    model = TrackedModel(problem, hp["schedule"], run)
-    inner_map = model.inner
+    model, sched = tracked_model(problem, hp, run), schedule_of(hp, run)
+    entries = model.entries
 
     def as_numpy_x(x: torch.Tensor) -> Any:
         # A dense copy of x only when F reads it.
         return numpy(x).reshape(domain.shape) if outer.depends_on_x else None
 
-    def model_value(state: dict, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+    def model_value(state: ProxLinearState, x: torch.Tensor) -> tuple[float, torch.Tensor]:
         """F(u, x) + (M/2) ||x - x_k||^2 and u = z + V (x - x_k)."""
-        step = x - state["x"]
-        u = state["z"] + inner_map.image(state["V"], step)
+        step = x - state.y
+        u = state.z + entries.image(state.V, step)
         return outer.value(numpy(u), as_numpy_x(x)) + 0.5 * M * float(step @ step), u
 
-    def dual_ascent(state: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        x_k, z, V = state["x"], state["z"], state["V"]
+    def dual_ascent(state: ProxLinearState) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        x_k, z, V = state.y, state.z, state.V
 
         def x_of(lam: torch.Tensor) -> torch.Tensor:
-            return project(domain, x_k - inner_map.adjoint(V, lam) / M)
+            return project(domain, x_k - entries.adjoint(V, lam) / M)
 
         def simplex(v: torch.Tensor) -> torch.Tensor:
             return torch.as_tensor(project_simplex(numpy(v), 1.0), dtype=v.dtype, device=v.device)
 
-        lipschitz = float(torch.linalg.eigvalsh(inner_map.gram(V))[-1]) / M  # ||V||_2^2 / M, from the n x n Gram
-        lam = state["lam"]
+        lipschitz = float(torch.linalg.eigvalsh(entries.gram(V))[-1]) / M  # ||V||_2^2 / M, from the n x n Gram
+        lam = state.lam
         for _ in range(J):
-            lam = simplex(lam + (z + inner_map.image(V, x_of(lam) - x_k)) / max(lipschitz, 1e-300))
+            lam = simplex(lam + (z + entries.image(V, x_of(lam) - x_k)) / max(lipschitz, 1e-300))
         x_next = x_of(lam)
         step = x_next - x_k
         primal, u = model_value(state, x_next)
         dual = float(lam @ u) + 0.5 * M * float(step @ step)  # <lam, z> + <V^T lam, step> + (M/2)||step||^2
         return x_next, lam, {"model_value": primal, "inner_gap": max(primal - dual, 0.0)}
 
-    def subgradient_steps(state: dict) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        x_k, z, V = state["x"], state["z"], state["V"]
+    def subgradient_steps(state: ProxLinearState) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        x_k, z, V = state.y, state.z, state.V
         x, weighted = x_k, torch.zeros_like(x_k)
         for t in range(1, J + 1):
-            g = calculus.subgradient(numpy(z + inner_map.image(V, x - x_k)), as_numpy_x(x))
-            x = project(domain, x - 2.0 / (M * (t + 1)) * (inner_map.chain_rule(V, g) + M * (x - x_k)))
+            g = calculus.subgradient(numpy(z + entries.image(V, x - x_k)), as_numpy_x(x))
+            x = project(domain, x - 2.0 / (M * (t + 1)) * (entries.chain_rule(V, g) + M * (x - x_k)))
             weighted = weighted + t * x
         x_next = weighted / (J * (J + 1) / 2)
-        return x_next, state["lam"], {"model_value": model_value(state, x_next)[0]}
+        return x_next, state.lam, {"model_value": model_value(state, x_next)[0]}
 
     inner_solve = dual_ascent if route == "dual" else subgradient_steps
 
     # Set-up (the first sample and the default M), not optimizer time, as for hmsfw.
-    state = {**model.start(), "lam": torch.full((problem.n,), 1.0 / problem.n, dtype=run.dtype, device=run.device)}
+    tracked = model.start(torch.as_tensor(problem.x0, dtype=run.dtype, device=run.device).reshape(-1))
+    lam = torch.full((problem.n,), 1.0 / problem.n, dtype=run.dtype, device=run.device)
+    state = ProxLinearState(**vars(tracked), lam=lam)
     if M is None:
-        g0 = calculus.subgradient(numpy(state["z"]), as_numpy_x(state["x"]))
-        d0 = inner_map.chain_rule(state["V"], g0)
+        d0 = entries.chain_rule(state.V, calculus.subgradient(numpy(state.z), as_numpy_x(state.y)))
         first = float(torch.linalg.vector_norm(d0))
         M = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
-        M /= warm_factor(problem, inner_map, state["x"], d0, run.generator)
+        M /= warm_factor(problem, model, state.y, d0)
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
+    def step(state: ProxLinearState, k: int) -> tuple[ProxLinearState, dict]:
         x_next, lam, row = inner_solve(state)
         row = {
-            "objective_estimate": outer.value(numpy(state["z"]), as_numpy_x(state["x"])),
+            "objective_estimate": outer.value(numpy(state.z), as_numpy_x(state.y)),
             **row,
-            "move": float(torch.linalg.vector_norm(x_next - state["x"])),
+            "move": float(torch.linalg.vector_norm(x_next - state.y)),
         }
-        return {**model.advance(state, x_next, k), "lam": lam}, row
+        _, beta, rho = sched.at(k)
+        return replace(model.advance(state, x_next, beta, rho, k + 1), lam=lam), row
 
-    return model.plan(step, state, {"M": M, "inner_iters": J, "inner": route}, gap="move")
+    info = {"M": M, "inner_iters": J, "inner": route, "schedule": sched.name, "tracker": hp["tracker"]}
+    return dense_plan(problem, model, step, state, info, gap="move")
 
 
 register(
@@ -115,7 +129,7 @@ def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
         x_{k+1} ~ argmin_{x in X} F(z_k + V_k (x - x_k), x) + (M/2) ||x - x_k||^2
 
     and moves there (full update weight), then samples at x_{k+1} and updates
-    V by Polyak (beta) and z by Taylor (rho), as in HMSFW.
+    V by the Jacobian ``tracker`` (beta) and z by Taylor (rho), as in HMSFW.
 
     x is kept dense (a projection needs the whole point); a problem declaring
     ``reads=`` gets its Jacobians, and the model products, on those entries only.
@@ -147,6 +161,7 @@ def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
     inner : "auto" ("dual" for F = cp.max(u), "subgradient" otherwise), "dual" or "subgradient".
     schedule : tracker weights, as for :func:`fullcomp.hmsfw` (only beta and rho
         are used); None is the paper's, "exact" keeps only the newest sample.
+    tracker, hessian_point : the Jacobian tracker, as for :func:`fullcomp.hmsfw`.
 
     Returns
     -------

@@ -8,9 +8,10 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.algorithms.tracked import SCHEDULE, TrackedModel, numpy, project, warm_factor
+from fullcomp.algorithms.tracked import TRACKING, dense_plan, numpy, project, schedule_of, tracked_model, warm_factor
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
+from fullcomp.oracles.tracked import Tracked
 from fullcomp.run import Result, RunOptions
 from fullcomp.validation import NONE, Options, Param, positive
 
@@ -22,37 +23,39 @@ PARAMS = (
         "the step; None: D_X / ||V_0^T g_0 + g_x,0|| (halved by a line search from a warm start), decaying 1/sqrt(k+1)",
     ),
     Param("step", (Options(("constant", "sqrt")), NONE), None, "eta_k = eta or eta / sqrt(k+1); None: by eta"),
-    SCHEDULE,
+    *TRACKING,
 )
 
 
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     domain, outer = problem.domain, problem.outer
     calculus = OuterCalculus(outer)
-    model = TrackedModel(problem, hp["schedule"], run)
+    model, sched = tracked_model(problem, hp, run), schedule_of(hp, run)
     eta, step = hp["eta"], hp["step"] or ("sqrt" if hp["eta"] is None else "constant")
 
-    def point(state: dict) -> tuple:
+    def point(state: Tracked) -> tuple:
         """(z_k, x_k) as numpy, x_k only when F reads it (a dense copy of x is not free)."""
-        return numpy(state["z"]), (numpy(state["x"]).reshape(domain.shape) if outer.depends_on_x else None)
+        return numpy(state.z), (numpy(state.y).reshape(domain.shape) if outer.depends_on_x else None)
 
     # Set-up (the first sample and the default step), not optimizer time, as for hmsfw.
-    state = model.start()
+    state = model.start(torch.as_tensor(problem.x0, dtype=run.dtype, device=run.device).reshape(-1))
     if eta is None:
-        d0 = model.inner.chain_rule(state["V"], calculus.subgradient(*point(state)))
+        d0 = model.entries.chain_rule(state.V, calculus.subgradient(*point(state)))
         first = float(torch.linalg.vector_norm(d0))
         eta = domain.diameter / first if first > 0 and domain.diameter > 0 else 1.0
-        eta *= warm_factor(problem, model.inner, state["x"], d0, run.generator)
+        eta *= warm_factor(problem, model, state.y, d0)
 
-    def psg_step(state: dict, k: int) -> tuple[dict, dict]:
+    def psg_step(state: Tracked, k: int) -> tuple[Tracked, dict]:
         z, x = point(state)
-        d = model.inner.chain_rule(state["V"], calculus.subgradient(z, x))  # V_k^T g_u + g_x
+        d = model.entries.chain_rule(state.V, calculus.subgradient(z, x))  # V_k^T g_u + g_x
         eta_k = eta if step == "constant" else eta / math.sqrt(k + 1)
-        x_next = project(domain, state["x"] - eta_k * d)
+        x_next = project(domain, state.y - eta_k * d)
         row = {"objective_estimate": outer.value(z, x), "step": eta_k, "direction_norm": float(d.norm())}
-        return model.advance(state, x_next, k), row
+        _, beta, rho = sched.at(k)
+        return model.advance(state, x_next, beta, rho, k + 1), row
 
-    return model.plan(psg_step, state, {"eta": eta, "step": step})
+    info = {"eta": eta, "step": step, "schedule": sched.name, "tracker": hp["tracker"]}
+    return dense_plan(problem, model, psg_step, state, info)
 
 
 PSG = register(
@@ -71,16 +74,16 @@ def psg(problem: CompositeProblem, **options: Any) -> Result:
 
     Each iteration k: (g_u, g_x) in dF(z_k, x_k);
     x_{k+1} = P_X(x_k - eta_k (V_k^T g_u + g_x)); one sample at x_{k+1};
-    V_{k+1} by Polyak (beta), z_{k+1} by Taylor (rho), as in HMSFW.
+    V_{k+1} by the Jacobian ``tracker`` (beta), z_{k+1} by Taylor (rho), as in HMSFW.
 
     x is kept dense (a projection needs the whole point); a problem declaring
     ``reads=`` gets its Jacobians, and the model products, on those entries only.
     On sharded reads every rank keeps the whole dense x and its Jacobians on its own entries, and each step
     gathers the direction's values at the ranks' reads (as many numbers as they read): the data is sharded,
     the iterate is not.
-    Hyperparameters: ``eta``, ``step`` ("constant" or "sqrt") and ``schedule``
-    (tracker weights; only beta and rho are used); shared options as for every
-    method (``fc.describe("psg")`` lists both).
+    Hyperparameters: ``eta``, ``step`` ("constant" or "sqrt"), ``schedule``
+    (tracker weights; only beta and rho are used), ``tracker`` and ``hessian_point`` (as for
+    :func:`fullcomp.hmsfw`); shared options as for every method (``fc.describe("psg")`` lists both).
 
     History rows: ``objective_estimate`` = F(z_k, x_k), ``step`` = eta_k,
     ``direction_norm`` = ||V_k^T g_u + g_x||; the result also holds the trackers ``V`` and ``z``.

@@ -20,7 +20,7 @@ from fullcomp.errors import CheckpointError, OptionError
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
-from fullcomp.serial import decode, encode
+from fullcomp.serial import decode, encode, missing_fields
 
 FORMAT = "fullcomp-stepper-1"
 
@@ -156,10 +156,9 @@ class Stepper:
         if missing:
             raise CheckpointError(f"the state_dict has no {', '.join(map(repr, missing))}; pass Stepper.state_dict()")
         state = decode(state_dict["state"])
-        if isinstance(self.plan.state, dict) and isinstance(state, dict):
-            lacking = [key for key in self.plan.state if key not in state]
-            if lacking:
-                raise CheckpointError(f"the state_dict's state has no {', '.join(map(repr, lacking))}")
+        lacking = missing_fields(self.plan.state, state)
+        if lacking:
+            raise CheckpointError(f"the state_dict's state has no {', '.join(lacking)}; pass Stepper.state_dict()")
         components = decode(state_dict["components"])
         self.run.generator.set_state(state_dict["generator"])
         for name, obj in self.plan.components.items():

@@ -28,6 +28,7 @@ from fullcomp.run.checkpoint import Checkpoint
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
+from fullcomp.serial import missing_fields
 
 Step = Callable[[dict, int], "tuple[dict, dict]"]
 
@@ -340,11 +341,7 @@ def drive(
 
 def check_saved_state(saved: dict, plan: Plan, ckpt: Checkpoint | None) -> None:
     """A CheckpointError naming what a saved run lacks that this method's state and components have."""
-    missing = []
-    if isinstance(plan.state, dict) and isinstance(saved["state"], dict):
-        missing += [f"state field {key!r}" for key in plan.state if key not in saved["state"]]
-    elif type(plan.state) is not type(saved["state"]):
-        missing.append(f"a state of type {type(plan.state).__name__}")
+    missing = missing_fields(plan.state, saved["state"])
     components = saved["components"] if isinstance(saved["components"], dict) else {}
     missing += [f"component {name!r}" for name in plan.components if name not in components]
     if missing:

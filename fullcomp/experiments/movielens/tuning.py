@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullcomp.algorithms.tracked import InnerMap
 from fullcomp.datasets.ratings import RatingData
 from fullcomp.errors import FullcompError, OptionError
 from fullcomp.experiments.completion import Completion, completion_problem
@@ -20,6 +19,8 @@ from fullcomp.experiments.harness import ProtocolConfig, Search, check_seeds, em
 from fullcomp.experiments.movielens import config as protocol
 from fullcomp.experiments.movielens.runs import _check_budget, run_method
 from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.oracles import dense
+from fullcomp.oracles.tracked import TrackedModel
 
 # ---------------------------------------------------------------------------------- radius and tuning
 
@@ -34,16 +35,17 @@ def reference_scales(completion: Completion, seeds: Iterable[int] = protocol.TUN
     direction_norm / diameter (the prox-linear M and LiNASA beta that do the same).
     """
     problem = completion.problem
-    inner = InnerMap(problem, "cpu", torch.float64)
+    model = TrackedModel(problem, "cpu", torch.float64, torch.Generator())
     calculus = OuterCalculus(problem.outer)
     x0 = torch.zeros(problem.domain.size, dtype=torch.float64)
     jac_norms, dir_norms = [], []
     for seed in seeds:
         generator = torch.Generator().manual_seed(int(seed))
-        value, jac = inner.sample(x0, problem.sample(generator), 0)
+        value, jac = model.sample(x0, 0, problem.sample(generator))
+        jac = dense(jac)
         g = calculus.subgradient(value.numpy(), None)
         jac_norms.append(float(torch.linalg.norm(jac)))
-        dir_norms.append(float(torch.linalg.vector_norm(inner.chain_rule(jac, g))))
+        dir_norms.append(float(torch.linalg.vector_norm(model.entries.chain_rule(jac, g))))
     diameter = float(problem.domain.diameter)
     direction = float(np.mean(dir_norms))
     return {

@@ -1,0 +1,178 @@
+"""The tracked model z_k + V_k (x - y_k) of the inner map around y_k, shared by every composite method.
+
+HMSFW, SCFW, PSG, prox-linear and LiNASA+ICG differ only in how they move the point; the sampling, the
+Jacobian trackers (Polyak, STORM, Hessian-corrected), the value trackers (Taylor, Polyak), clipping and the
+reuse of buffers live here once, on an :class:`~fullcomp.oracles.entries.EntryMap`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import torch
+
+from fullcomp.autodiff import BatchJacobian, dense
+from fullcomp.errors import OptionError, OracleError
+from fullcomp.oracles.entries import EntryMap
+from fullcomp.oracles.jacobian import InnerOracle
+from fullcomp.serial import encodable
+from fullcomp.trackers import Revision, hessian_contraction, hessian_corrected, polyak, segment_point, storm, taylor
+
+#: Jacobian trackers: Polyak momentum (Algorithm 1), STORM (Theorem 3), Hessian-corrected (Appendix N).
+JACOBIAN_TRACKERS = ("polyak", "storm", "hessian")
+#: Value trackers: Taylor (Variant II) and Polyak (Variant I).
+VALUE_TRACKERS = ("taylor", "polyak")
+#: Laws of the point w_k = y_{k-1} + alpha d_k of the Hessian correction, as Beta(a, b) shapes.
+HESSIAN_POINTS = {"uniform": (1.0, 1.0), "beta": (0.5, 0.5)}
+
+
+@encodable
+@dataclass
+class Tracked:
+    """A state on the tracked model: the point ``y`` (in the entry map's layout), the Jacobian tracker ``V``
+    (n x the entries read), the value tracker ``z`` (n), the tracker's :class:`Revision`, and ``sample``,
+    f~(y) on the last fresh batch (an estimate no tracker extrapolates)."""
+
+    y: torch.Tensor
+    V: torch.Tensor
+    z: torch.Tensor
+    revision: Revision
+    sample: torch.Tensor
+
+
+State = TypeVar("State", bound=Tracked)
+
+
+class TrackedModel:
+    """Samples of the inner map at a point and the trackers' updates from them.
+
+    Parameters
+    ----------
+    problem : CompositeProblem
+    device, dtype : torch.device, torch.dtype
+        Where the samples are taken, and in what precision.
+    generator : torch.Generator
+        The run's generator: every draw (batches, the Hessian tracker's point) comes from it.
+    layout : str
+        The point's layout, "dense" or "kept" (see :class:`EntryMap`).
+    jacobian, value : str
+        The trackers, from :data:`JACOBIAN_TRACKERS` and :data:`VALUE_TRACKERS`.
+    clip : float or None
+        Rescale each sampled Jacobian to Frobenius norm at most ``clip`` (Clipped SCFW; Polyak tracker only).
+    hessian_point : (a, b)
+        The Beta law of the Hessian tracker's point on the last step.
+    exact : bool
+        Sample ``full_batch`` instead of drawing a batch (the deterministic method).
+    """
+
+    def __init__(
+        self,
+        problem: Any,
+        device: Any,
+        dtype: torch.dtype,
+        generator: torch.Generator,
+        layout: str = "dense",
+        jacobian: str = "polyak",
+        value: str = "taylor",
+        clip: float | None = None,
+        hessian_point: tuple[float, float] = (1.0, 1.0),
+        exact: bool = False,
+    ):
+        if clip is not None and jacobian != "polyak":
+            raise OptionError(
+                "clip applies to the fresh sampled Jacobian of Clipped SCFW; use it with tracker='polyak'"
+            )
+        self.problem, self.dtype, self.generator = problem, dtype, generator
+        self.jacobian, self.value, self.clip, self.exact = jacobian, value, clip, exact
+        self.hessian_point = hessian_point
+        self.entries = EntryMap(problem, device, layout)
+        columns = "all" if problem.reads is None else "own" if problem.sharded else "touched"
+        inner = problem.inner if problem.touches is None else problem.inner_on_touched
+        self.oracle = InnerOracle(
+            inner, problem.n, self.entries.shape, device, dtype, columns=columns, touches=problem.touches
+        )
+        self._spare: list[torch.Tensor] = []  # V of the state before last, which no state holds now
+        self._work: torch.Tensor | None = None  # y_k - y_{k-1} of the Taylor step
+
+    def batch(self) -> Any:
+        """The batch of one sample: ``full_batch`` for the exact method, else a draw from the run's generator."""
+        return self.problem.full_batch if self.exact else self.problem.sample(self.generator)
+
+    def sample(self, y: torch.Tensor, k: int, batch: Any = None) -> tuple[torch.Tensor, Any]:
+        """f~(y) and its Jacobian on the entries read, on ``batch`` (default: a fresh one), clipped."""
+        value, jac = self.oracle(self.entries.read(y), self.batch() if batch is None else batch, k)
+        if self.clip is not None:
+            jac = jac * torch.clamp(self.clip / self.entries.norm(jac).clamp_min(1e-300), max=1.0)
+        return value, jac
+
+    def value_at(self, y: torch.Tensor, batch: Any, where: str = "") -> torch.Tensor:
+        """f~(y) on ``batch`` without a Jacobian."""
+        return self.entries.call(self.entries.read(y), batch, self.dtype, where)
+
+    def start(self, y: torch.Tensor) -> Tracked:
+        """The model at y_0 from its first sample: V_0 and z_0 are the sample itself."""
+        value, jac = self.sample(y, 0)
+        return Tracked(y, dense(jac), value, Revision(0), value)
+
+    def advance(self, state: State, y_next: torch.Tensor, beta: float, rho: float, k: int) -> State:
+        """The model at y_next = y_k: one sample there, V by the Jacobian tracker (beta), z by the value
+        tracker (rho); the state's other fields are kept."""
+        value, V, revision = self._track(state, y_next, beta, k)
+        if self.value == "taylor":
+            read = self.entries.read
+            if self._work is None:
+                self._work = torch.empty_like(read(y_next))
+            total = self.entries.total if self.entries.sharded else None
+            z = taylor(state.z, V, read(y_next), read(state.y), value, rho, total, self._work)
+        else:
+            z = polyak(state.z, value, rho)
+        return replace(state, y=y_next, V=V, z=z, revision=revision, sample=value)
+
+    def _track(self, state: Tracked, y_next: torch.Tensor, beta: float, k: int) -> tuple[Any, torch.Tensor, Revision]:
+        """One sample at y_next; its value, the next Jacobian tracker and the tracker's revision."""
+        V, y = state.V, state.y
+        if self.jacobian == "storm":  # both Jacobians on one batch: the difference sees one sample
+            xi = self.batch()
+            value, jac = self.sample(y_next, k, xi)
+            jac_previous = self.sample(y, k, xi)[1]
+            return value, storm(V, dense(jac), dense(jac_previous), beta), Revision(k)
+        value, jac = self.sample(y_next, k)
+        if self.jacobian == "polyak":
+            if isinstance(jac, BatchJacobian):  # on the sampled columns only, into the spare buffer
+                revision = Revision(k, state.revision.tag, 1 - beta, beta, jac)
+                return value, polyak(V, jac, beta, out=self._buffer(V)), revision
+            return value, polyak(V, jac, beta, out=jac), Revision(k)  # jac is this step's own
+        # The point's draw and the extra batch both come from the run's generator.
+        generator = self.generator
+        u = float(torch.rand((), generator=generator, dtype=torch.float64, device=generator.device))
+        alpha, weight = segment_point(u, self.hessian_point)
+        read = self.entries.read
+        step = read(y_next) - read(y)
+        correction = weight * self._contraction(read(y) + alpha * step, step, k)
+        return value, hessian_corrected(V, dense(jac), correction, beta), Revision(k)
+
+    def _contraction(self, w: torch.Tensor, d: torch.Tensor, k: int) -> torch.Tensor:
+        """H~(w; xi')[d] on a fresh batch xi', the Jacobian taken in the entries the map reads."""
+        try:
+            out = hessian_contraction(self.problem.inner, self.entries.shape, w, d, self.batch())
+        except (RuntimeError, TypeError, ValueError, AttributeError, NotImplementedError) as exc:
+            raise OracleError(
+                f"tracker='hessian' differentiates inner(x, batch) twice (torch.func.jvp of jacrev) and this failed "
+                f"at iteration {k}: {exc}. Use tracker='storm' for maps without forward-mode support"
+            ) from exc
+        if not torch.isfinite(out).all():
+            raise OracleError(f"the Hessian contraction of inner(x, batch) has NaN or Inf entries at iteration {k}")
+        return self.entries.rank_share(out.detach().to(self.dtype))
+
+    def _buffer(self, V: torch.Tensor) -> torch.Tensor:
+        """Where V_{k+1} goes when V_k is updated on a sparse sample's columns: a fresh (n, |reads|) array
+        page-faults its way in (0.3 s at 10^7 entries), so two buffers take turns."""
+        out = self._spare.pop() if self._spare else None
+        if out is None or out is V:
+            out = torch.empty_like(V)
+        self._spare.append(V)
+        return out
+
+
+__all__ = ["TrackedModel", "Tracked", "JACOBIAN_TRACKERS", "VALUE_TRACKERS", "HESSIAN_POINTS"]
