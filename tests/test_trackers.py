@@ -148,8 +148,14 @@ def value_noise_problem(f, reads=None):
     return fc.CompositeProblem(cp.max(fc.inner_value(N)), noisy, fc.Simplex(D), sampler=sampler)
 
 
+@pytest.mark.parametrize(
+    "method, options",
+    [("hmsfw", {"glmo": "conic"}), ("psg", {}), ("prox-linear", {})],
+    ids=["hmsfw", "psg", "prox-linear"],
+)
 @pytest.mark.parametrize("f", [affine_map, smooth_map], ids=["affine", "smooth"])
-def test_storm_has_zero_tracking_error_without_jacobian_noise(f):
+def test_storm_has_zero_tracking_error_without_jacobian_noise(f, method, options):
+    """Every method on the tracked model runs its trackers: the baselines move x their own way on the same V."""
     problem = value_noise_problem(f)
     errors = {}
     for tracker in ("storm", "polyak"):
@@ -159,7 +165,7 @@ def test_storm_has_zero_tracking_error_without_jacobian_noise(f):
             y = it.state.y
             seen.append(float((it.state.V - jacobian(f, y)).abs().max()))
 
-        fc.hmsfw(problem, iters=12, tracker=tracker, seed=0, glmo="conic", callback=record, progress=False)
+        fc.solve(problem, method, iters=12, tracker=tracker, seed=0, callback=record, progress=False, **options)
         errors[tracker] = max(seen)
     assert errors["storm"] < 1e-12
     if f is smooth_map:  # the Polyak tracker lags behind a moving Jacobian
@@ -440,3 +446,15 @@ def test_with_noise_is_additive_in_value_and_jacobian():
     assert torch.allclose(inner(x, batch), smooth_map(x) + batch.value + batch.jacobian @ (x - center))
     assert torch.allclose(inner(center, batch), smooth_map(center) + batch.value)
     assert torch.equal(inner(x, fc.noise.noiseless()), smooth_map(x))
+
+
+@pytest.mark.parametrize("tracker", ["storm", "hessian"])
+@pytest.mark.parametrize("method", ["psg", "prox-linear"])
+def test_the_baselines_corrected_trackers_follow_the_jacobian_of_a_quadratic_exactly(method, tracker):
+    """The projection baselines on the same tracked model: their V is the true Jacobian at every iterate."""
+    problem = fc.CompositeProblem(cp.max(fc.inner_value(N)), quadratic_map, fc.L1Ball(D, 1.0), sampler=lambda g: None)
+    res = fc.solve(problem, method, tracker=tracker, iters=15, seed=1, progress=False)
+    assert res.info["tracker"] == tracker
+    assert (res.V - jacobian(quadratic_map, res.x)).abs().max() <= 1e-12
+    lagging = fc.solve(problem, method, iters=15, seed=1, progress=False)
+    assert (lagging.V - jacobian(quadratic_map, lagging.x)).abs().max() > 1e-3
