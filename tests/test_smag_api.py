@@ -176,7 +176,7 @@ def test_stepper_writes_into_a_module():
         opt.step()
     target = linear_module()
     opt.copy_to(target, which="x_phi")
-    assert torch.equal(flat(target), opt.state["x_phi"])
+    assert torch.equal(flat(target), opt.state.x_phi)
 
 
 def test_separate_samplers_for_phi_and_psi():

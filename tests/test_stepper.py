@@ -94,7 +94,8 @@ def test_the_smag_steppers_state_dict_holds_its_hyperparameters():
     one.step()
     one.eta0 = 0.05  # changed between steps, as a schedule of the user's would
     saved = one.state_dict()
-    assert (saved["gamma"], saved["eta0"], saved["eta1"]) == (0.5, 0.05, 0.1)
+    held = saved["hyperparameters"]
+    assert (held["gamma"], held["eta0"], held["eta1"]) == (0.5, 0.05, 0.1)
     two = fc.SMAGStepper(minimax(), gamma=0.5, eta0=0.1, eta1=0.1, seed=2)
     two.load_state_dict(saved)
     assert two.eta0 == 0.05 and two.k == 1

@@ -44,7 +44,7 @@ def main():
     for name, (settings, output) in METHODS.items():
 
         def evaluate(it, output=output):  # outside optimizer time: the exact objective at the output point
-            return {"train_objective": pu_risk(data, it.state[output], ridge=RIDGE)}
+            return {"train_objective": pu_risk(data, getattr(it.state, output), ridge=RIDGE)}
 
         decay = fc.StepDecay((12 * EPOCH, 24 * EPOCH))
         res = fc.solve(

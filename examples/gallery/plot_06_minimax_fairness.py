@@ -65,7 +65,7 @@ def main():
 
     def record(it):  # outside optimizer time: exact primal value, the dual variable and the best response
         value, gap = primal(it.x)
-        return {"primal": value, "y": float(it.state["y"][0]), "best_y": float(np.clip(gap, -R, R))}
+        return {"primal": value, "y": float(it.state.y[0]), "best_y": float(np.clip(gap, -R, R))}
 
     steps = {"gamma": 0.5, "eta0": 0.1, "eta1": 0.1, "decay": fc.StepDecay((750,))}  # rates / 10 at k = 750
     res = fc.smag(problem, **steps, iters=ITERS, seed=0, callback=record, eval_every=10, progress=False)

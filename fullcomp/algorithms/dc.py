@@ -41,6 +41,7 @@ from fullcomp.errors import ModelError
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
+from fullcomp.serial import encodable
 from fullcomp.validation import NONE, REQUIRED, Interval, Param, positive
 
 Decay = Callable[[int], float]
@@ -87,34 +88,36 @@ class DC:
         phi, psi, _ = self.oracle.check(k, {"phi": phi, "psi": psi, "the update": moved.sum()}, HINT)
         return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi, **columns}
 
-    def plan(self, step: Callable, state: dict, output: str, info: dict, decay: Decay | None) -> Plan:
-        """The driver's plan; the result's x is ``state[output]``, the method's output point."""
+    def plan(self, step: Callable, state: Any, output: str, info: dict, decay: Decay | None) -> Plan:
+        """The driver's plan; the result's x is the state's field ``output``, the method's output point."""
         problem, oracle = self.problem, self.oracle
 
-        def values(s: dict, batches: tuple) -> tuple[float, float]:
-            return oracle.values(*batches, phi_at=s[output], psi_at=s[output], where=f"at the output {output}")
+        def values(s: Any, batches: tuple) -> tuple[float, float]:
+            point = getattr(s, output)
+            return oracle.values(*batches, phi_at=point, psi_at=point, where=f"at the output {output}")
 
-        def observe(s: dict, k: int) -> dict:
+        def observe(s: Any, k: int) -> dict:
             phi, psi = values(s, oracle.reference_batches())
             return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi}
 
-        def objective(s: dict) -> float:
+        def objective(s: Any) -> float:
             phi, psi = values(s, oracle.exact_batches())
             return phi - psi
 
-        def finish(s: dict, history: Any, info: dict) -> Result:
+        def finish(s: Any, history: Any, info: dict) -> Result:
             # Every point the method keeps (anchor, inner iterates) besides the output, in x0's container.
+            point = getattr(s, output)
             extras = {
                 key: problem.x.build(v)
-                for key, v in s.items()
-                if key != "x" and isinstance(v, torch.Tensor) and v.shape == s[output].shape
+                for key, v in vars(s).items()
+                if key != "x" and isinstance(v, torch.Tensor) and v.shape == point.shape
             }
-            return Result(problem.x.build(s[output]), history, info, **extras)
+            return Result(problem.x.build(point), history, info, **extras)
 
         return Plan(
             step,
             state,
-            iterate=lambda s: problem.x.build(s[output]),
+            iterate=lambda s: problem.x.build(getattr(s, output)),
             finish=finish,
             observe=observe,
             objective=objective if oracle.exact else None,
@@ -138,16 +141,75 @@ def _inner(doc: str) -> Param:
 # ------------------------------------------------------------------------------------------------ SGD (A1)
 
 
+@encodable
+@dataclass
+class SGDState:
+    x: torch.Tensor
+
+
+@encodable
+@dataclass
+class SDCAState:
+    """The anchor x, the inner iterate z, psi's linearization v at x, the inner sum of z and the inner count."""
+
+    x: torch.Tensor
+    z: torch.Tensor
+    v: torch.Tensor
+    z_sum: torch.Tensor
+    t: int
+
+
+@encodable
+@dataclass
+class SPGState:
+    """The anchor x, the inner iterate z, the weighted sum of z and its weight, the stage and its step count."""
+
+    x: torch.Tensor
+    z: torch.Tensor
+    z_sum: torch.Tensor
+    weight: float
+    stage: int
+    t: int
+
+
+@encodable
+@dataclass
+class AdaGradState:
+    """As :class:`SPGState`, with AdaGrad's sums of the directions c and of their squares S, and a plain sum."""
+
+    x: torch.Tensor
+    z: torch.Tensor
+    c: torch.Tensor
+    S: torch.Tensor
+    z_sum: torch.Tensor
+    stage: int
+    t: int
+
+
+@encodable
+@dataclass
+class SBCDState:
+    """The outer iterate w, the two proximal estimates, their inner sums, the output point and the inner count."""
+
+    w: torch.Tensor
+    v_phi: torch.Tensor
+    v_psi: torch.Tensor
+    s_phi: torch.Tensor
+    s_psi: torch.Tensor
+    out: torch.Tensor
+    t: int
+
+
 def sgd_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     dc, eta, decay = DC(problem, run, "sgd"), hp["eta"], hp["decay"]
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, lr = state["x"], eta * rate(decay, k)
+    def step(state: SGDState, k: int) -> tuple[SGDState, dict]:
+        x, lr = state.x, eta * rate(decay, k)
         phi, psi, grad = dc.oracle.difference(k, dc.draw(), x)
         x_next = x - lr * grad
-        return {"x": x_next}, dc.row(k, phi, psi, x_next, lr=lr)
+        return SGDState(x_next), dc.row(k, phi, psi, x_next, lr=lr)
 
-    return dc.plan(step, {"x": dc.x0}, "x", {"eta": eta}, decay)
+    return dc.plan(step, SGDState(dc.x0), "x", {"eta": eta}, decay)
 
 
 register(
@@ -183,8 +245,8 @@ def sdca_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     eta, outer, inner, gamma = hp["eta"], hp["outer"], hp["inner_iters"], hp["gamma"]
     psi_batches = hp["psi_batches"] or inner
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, z, v, z_sum, t = state["x"], state["z"], state["v"], state["z_sum"], state["t"]
+    def step(state: SDCAState, k: int) -> tuple[SDCAState, dict]:
+        x, z, v, z_sum, t = state.x, state.z, state.v, state.z_sum, state.t
         if t == 0:  # a new stage: linearize Psi at the anchor with psi_batches batches
             v = sum(dc.oracle.gradients(k, dc.draw(), psi_at=x).psi_x for _ in range(psi_batches)) / psi_batches
             z, z_sum = x, torch.zeros_like(x)
@@ -195,11 +257,10 @@ def sdca_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
         if t == inner:
             x, t = torch.lerp(x, z_sum / inner, outer * rate(decay, k)), 0
         _, psi = dc.oracle.evaluate(batch, psi_at=z, where=k)  # psi at z on the batch: a logged estimate, not an update
-        new = {"x": x, "z": z, "v": v, "z_sum": z_sum, "t": t}
-        return new, dc.row(k, s.phi, psi, z, lr=lr)
+        return SDCAState(x, z, v, z_sum, t), dc.row(k, s.phi, psi, z, lr=lr)
 
     x0 = dc.x0
-    state = {"x": x0, "z": x0, "v": torch.zeros_like(x0), "z_sum": torch.zeros_like(x0), "t": 0}
+    state = SDCAState(x0, x0, torch.zeros_like(x0), torch.zeros_like(x0), 0)
     info = {"eta": eta, "outer": outer, "inner_iters": inner, "gamma": gamma, "psi_batches": psi_batches}
     return dc.plan(step, state, "x", info, decay)
 
@@ -259,19 +320,18 @@ def ssdc_spg_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     dc, decay = DC(problem, run, "ssdc-spg"), hp["decay"]
     eta, gamma, inner = hp["eta"], hp["gamma"], hp["inner_iters"]
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, z, stage, t = state["x"], state["z"], state["stage"], state["t"] + 1
+    def step(state: SPGState, k: int) -> tuple[SPGState, dict]:
+        x, z, stage, t = state.x, state.z, state.stage, state.t + 1
         s = dc.oracle.gradients(k, dc.draw(), phi_at=z, psi_at=x)
         lr = eta * rate(decay, k) / (t + 1)
         z = (z + (gamma * lr) * x - lr * (s.phi_x - s.psi_x)) / (1 + gamma * lr)
-        z_sum, weight = state["z_sum"] + (t + 1) * z, state["weight"] + (t + 1)
+        z_sum, weight = state.z_sum + (t + 1) * z, state.weight + (t + 1)
         if t == inner * stage:  # stage over: the weighted average is the next anchor
             x = z_sum / weight
             z, z_sum, weight, stage, t = x, torch.zeros_like(x), 0.0, stage + 1, 0
-        new = {"x": x, "z": z, "z_sum": z_sum, "weight": weight, "stage": stage, "t": t}
-        return new, dc.row(k, s.phi, s.psi, z, lr=lr, stage=state["stage"])
+        return SPGState(x, z, z_sum, weight, stage, t), dc.row(k, s.phi, s.psi, z, lr=lr, stage=state.stage)
 
-    state = {"x": dc.x0, "z": dc.x0, "z_sum": torch.zeros_like(dc.x0), "weight": 0.0, "stage": 1, "t": 0}
+    state = SPGState(dc.x0, dc.x0, torch.zeros_like(dc.x0), 0.0, 1, 0)
     return dc.plan(step, state, "x", {"eta": eta, "gamma": gamma, "inner_iters": inner}, decay)
 
 
@@ -307,22 +367,21 @@ def ssdc_adagrad_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     dc, decay = DC(problem, run, "ssdc-adagrad"), hp["decay"]
     eta, gamma, inner, G = hp["eta"], hp["gamma"], hp["inner_iters"], hp["G"]
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, z, stage, t = state["x"], state["z"], state["stage"], state["t"] + 1
+    def step(state: AdaGradState, k: int) -> tuple[AdaGradState, dict]:
+        x, z, stage, t = state.x, state.z, state.stage, state.t + 1
         s = dc.oracle.gradients(k, dc.draw(), phi_at=z, psi_at=x)
         d = s.phi_x - s.psi_x
-        c, S = state["c"] + d, state["S"] + d * d
+        c, S = state.c + d, state.S + d * d
         lr = eta * rate(decay, k) / math.sqrt(stage)
         z = x - lr * c / (gamma * lr * t + 2 * G + S.sqrt())
-        z_sum = state["z_sum"] + z
+        z_sum = state.z_sum + z
         if t >= inner * stage:  # stage over: the uniform average is the next anchor
             x = z_sum / t
             z, c, S, z_sum, stage, t = x, torch.zeros_like(x), torch.zeros_like(x), torch.zeros_like(x), stage + 1, 0
-        new = {"x": x, "z": z, "c": c, "S": S, "z_sum": z_sum, "stage": stage, "t": t}
-        return new, dc.row(k, s.phi, s.psi, z, lr=lr, stage=state["stage"])
+        return AdaGradState(x, z, c, S, z_sum, stage, t), dc.row(k, s.phi, s.psi, z, lr=lr, stage=state.stage)
 
     zero = torch.zeros_like(dc.x0)
-    state = {"x": dc.x0, "z": dc.x0, "c": zero, "S": zero, "z_sum": zero, "stage": 1, "t": 0}
+    state = AdaGradState(dc.x0, dc.x0, zero, zero, zero, 1, 0)
     return dc.plan(step, state, "x", {"eta": eta, "gamma": gamma, "inner_iters": inner, "G": G}, decay)
 
 
@@ -361,22 +420,21 @@ def sbcd_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     dc, decay = DC(problem, run, "sbcd"), hp["decay"]
     eta, mu, inner, outer = hp["eta"], hp["mu"], hp["inner_iters"], hp["outer"]
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        w, v_phi, v_psi, t = state["w"], state["v_phi"], state["v_psi"], state["t"] + 1
+    def step(state: SBCDState, k: int) -> tuple[SBCDState, dict]:
+        w, v_phi, v_psi, t = state.w, state.v_phi, state.v_psi, state.t + 1
         s = dc.oracle.gradients(k, dc.draw(), phi_at=v_phi, psi_at=v_psi)
         lr = eta * rate(decay, k)
         v_phi = v_phi - lr * (s.phi_x + (v_phi - w) / mu)
         v_psi = v_psi - lr * (s.psi_x + (v_psi - w) / mu)
-        s_phi, s_psi, out = state["s_phi"] + v_phi, state["s_psi"] + v_psi, state["out"]
+        s_phi, s_psi, out = state.s_phi + v_phi, state.s_psi + v_psi, state.out
         if t == inner:
             out = s_phi / t
             w = w - outer * rate(decay, k) * (s_psi / t - out)
             v_phi, v_psi, s_phi, s_psi, t = w, w, torch.zeros_like(w), torch.zeros_like(w), 0
-        new = {"w": w, "v_phi": v_phi, "v_psi": v_psi, "s_phi": s_phi, "s_psi": s_psi, "out": out, "t": t}
-        return new, dc.row(k, s.phi, s.psi, v_phi + v_psi, lr=lr)
+        return SBCDState(w, v_phi, v_psi, s_phi, s_psi, out, t), dc.row(k, s.phi, s.psi, v_phi + v_psi, lr=lr)
 
     x0, zero = dc.x0, torch.zeros_like(dc.x0)
-    state = {"w": x0, "v_phi": x0, "v_psi": x0, "s_phi": zero, "s_psi": zero, "out": x0, "t": 0}
+    state = SBCDState(x0, x0, x0, zero, zero, x0, 0)
     return dc.plan(step, state, "out", {"eta": eta, "mu": mu, "inner_iters": inner, "outer": outer}, decay)
 
 

@@ -28,6 +28,7 @@ steps need a polytope (a set with ``polytope = True``), whose LMO returns one of
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 import cvxpy as cp
@@ -43,6 +44,7 @@ from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.oracles import InnerOracle
 from fullcomp.run import Result, RunOptions
+from fullcomp.serial import encodable
 from fullcomp.sets.base import Set
 from fullcomp.validation import NONE, Options, Param, positive
 
@@ -119,6 +121,18 @@ def outer_gradient(outer: Outer, u: np.ndarray, x: np.ndarray | None) -> tuple[n
     if grads is None or any(g is None for g in grads.values()):
         raise OracleError(f"F has no gradient at u = {np.array2string(u, precision=4)}: outside its domain")
     return dense(outer.u), dense(outer.domain.variable) if outer.depends_on_x else None
+
+
+@encodable
+@dataclass
+class FWState:
+    """x, the line search's smoothness estimate L, and on a polytope the active set: its vertices as rows and
+    their weights (None where no active set is kept)."""
+
+    x: torch.Tensor
+    L: float
+    vertices: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
 
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
@@ -215,9 +229,9 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
 
     # The active set: vertices as the rows of an array, with their weights; x0 enters as an atom of its own.
     x0 = np.asarray(problem.x0, dtype=np.float64).reshape(-1)
-    state = {"x": tensor(x0), "L": hp["L"]}
+    state = FWState(tensor(x0), hp["L"])
     if smooth and polytope:
-        state.update(vertices=x0[None, :].copy(), weights=np.ones(1))
+        state = FWState(state.x, state.L, x0[None, :].copy(), np.ones(1))
 
     def lmo(g: np.ndarray) -> np.ndarray:
         return np.asarray(domain.lmo_unchecked(g.reshape(shape)), dtype=np.float64).reshape(-1)
@@ -230,9 +244,9 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             return vertices, weights
         return np.vstack([vertices, v]), np.append(weights, gamma)
 
-    def frank_wolfe_step(state: dict, k: int) -> tuple[dict, dict]:
+    def frank_wolfe_step(state: FWState, k: int) -> tuple[FWState, dict]:
         """The box of the module's docstring: Lacoste-Julien and Jaggi (2015), Algorithms 1 and 2, and BPCG."""
-        x, S, w = state["x"], state["vertices"], state["weights"].copy()
+        x, S, w = state.x, state.vertices, state.weights.copy()
         phi_x, g = first_order(x, k)
         x_np, scores = numpy(x), S @ g  # scores: <g, a> for the active vertices
         v = lmo(g)  # Frank-Wolfe vertex
@@ -246,7 +260,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             kind, d, gamma_max = "local", S[s] - S[a], w[a]
         else:
             kind, d, gamma_max = "fw", v - x_np, 1.0
-        gamma, L = step_size(x, phi_x, d, float(-(g @ d)), gamma_max, state["L"], k)
+        gamma, L = step_size(x, phi_x, d, float(-(g @ d)), gamma_max, state.L, k)
         if kind == "fw":  # (1 - gamma) x + gamma v
             S, w = add(S, (1 - gamma) * w, v, gamma)
         elif kind == "away":  # (1 + gamma) x - gamma a
@@ -261,27 +275,26 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         keep = w > 0
         S, w = S[keep], w[keep]
         row = {"objective_estimate": phi_x, "gap": gap, "gamma": gamma, "away_step": int(kind != "fw")}
-        row.update(drop=int(drop or not keep.all()), atoms=len(state["weights"]))
-        new = {**state, "x": tensor(w @ S), "vertices": S, "weights": w, "L": L}
-        return new, row
+        row.update(drop=int(drop or not keep.all()), atoms=len(state.weights))
+        return FWState(tensor(w @ S), L, S, w), row
 
-    def gradient_step(state: dict, k: int) -> tuple[dict, dict]:
+    def gradient_step(state: FWState, k: int) -> tuple[FWState, dict]:
         """Vanilla Frank-Wolfe on a set with infinitely many extreme points: no active set is kept."""
-        x = state["x"]
+        x = state.x
         phi_x, g = first_order(x, k)
         d = lmo(g) - numpy(x)
         gap = float(-(g @ d))
-        gamma, L = step_size(x, phi_x, d, gap, 1.0, state["L"], k)
+        gamma, L = step_size(x, phi_x, d, gap, 1.0, state.L, k)
         row = {"objective_estimate": phi_x, "gap": gap, "gamma": gamma}
-        return {**state, "x": x + gamma * tensor(d), "L": L}, row
+        return replace(state, x=x + gamma * tensor(d), L=L), row
 
     solver = None if smooth else build_glmo(outer, domain, device=device)
     oracle = None if smooth else InnerOracle(lambda x, b: problem.inner(at(x), b), n, (domain.size,), device, dtype)
-    scale = 1.0 if solver is None else abs(phi(state["x"], "at x0")) or 1.0  # the GLMO's tolerance, as hmsfw's
+    scale = 1.0 if solver is None else abs(phi(state.x, "at x0")) or 1.0  # the GLMO's tolerance, as hmsfw's
 
-    def linear_model(state: dict, k: int) -> tuple[dict, Any, float]:
+    def linear_model(state: FWState, k: int) -> tuple[dict, Any, float]:
         """One GLMO on the linearization F(f(x_k) + J (x - x_k), x); the row describing x_k."""
-        x = state["x"]
+        x = state.x
         value, jac = oracle(x, batch, k)
         res = solver.solve(numpy(value), numpy(jac), numpy(x), tol=0.01 * scale / (k + 2))
         phi_x = outer.value(numpy(value), dense(x))
@@ -289,41 +302,41 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         row["pricing_calls"] = res.calls
         return row, res, phi_x
 
-    def glmo_step(state: dict, k: int) -> tuple[dict, dict]:
+    def glmo_step(state: FWState, k: int) -> tuple[FWState, dict]:
         """Vanilla Frank-Wolfe for a non-smooth F: towards the GLMO's point, by the model's decrease."""
         row, res, phi_x = linear_model(state, k)
-        x = state["x"]
+        x = state.x
         d = np.asarray(res.x, dtype=np.float64).reshape(-1) - numpy(x)
-        gamma, L = step_size(x, phi_x, d, row["gap"], 1.0, state["L"], k)
+        gamma, L = step_size(x, phi_x, d, row["gap"], 1.0, state.L, k)
         row["gamma"] = gamma
-        return {**state, "x": x + gamma * tensor(d), "L": L}, row
+        return replace(state, x=x + gamma * tensor(d), L=L), row
 
-    def observe(state: dict, k: int) -> dict:
+    def observe(state: FWState, k: int) -> dict:
         if solver is not None:
             return linear_model(state, k)[0]
-        phi_x, g = first_order(state["x"], k)
-        row = {"objective_estimate": phi_x, "gap": float(g @ (numpy(state["x"]) - lmo(g)))}
-        if "weights" in state:
-            row["atoms"] = len(state["weights"])
+        phi_x, g = first_order(state.x, k)
+        row = {"objective_estimate": phi_x, "gap": float(g @ (numpy(state.x) - lmo(g)))}
+        if state.weights is not None:
+            row["atoms"] = len(state.weights)
         return row
 
-    def finish(state: dict, history: Any, info: dict) -> Result:
-        extras = {"L": state["L"]}
-        if "weights" in state:
-            extras["atoms"] = [(a.reshape(shape), float(w)) for a, w in zip(state["vertices"], state["weights"])]
-        return Result(state["x"].reshape(shape), history, info, **extras)
+    def finish(state: FWState, history: Any, info: dict) -> Result:
+        extras = {"L": state.L}
+        if state.weights is not None:
+            extras["atoms"] = [(a.reshape(shape), float(w)) for a, w in zip(state.vertices, state.weights)]
+        return Result(state.x.reshape(shape), history, info, **extras)
 
-    step = glmo_step if solver is not None else frank_wolfe_step if "weights" in state else gradient_step
+    step = glmo_step if solver is not None else frank_wolfe_step if state.weights is not None else gradient_step
     info = {"step": step_kind, "line_search": line_search, "direction": "gradient" if smooth else "glmo"}
     if solver is not None:
         info["glmo_route"] = solver.route
     return Plan(
         step,
         state,
-        iterate=lambda s: s["x"].reshape(shape),
+        iterate=lambda s: s.x.reshape(shape),
         finish=finish,
         observe=observe,
-        objective=lambda s: phi(s["x"], "evaluating the objective"),
+        objective=lambda s: phi(s.x, "evaluating the objective"),
         gap="gap",
         components={} if solver is None else {"glmo": solver},
         info=info,

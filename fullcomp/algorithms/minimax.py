@@ -24,6 +24,7 @@ driver adds ``objective``, phi at the output point on the full batch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem, Params
 from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
+from fullcomp.serial import encodable
 from fullcomp.validation import BOOL, NONE, REQUIRED, Instance, Interval, Options, Pair, Param, positive
 
 HINT = "Lower the step sizes or check phi for overflow"
@@ -69,7 +71,7 @@ class MinMax:
         return s.phi_x, s.phi_y, {"objective_estimate": phi, "phi_value": phi, "grad_norm": g_norm}
 
     def plan(
-        self, step: Callable, state: dict, point: Callable[[dict], tuple], info: dict, final: Callable | None = None
+        self, step: Callable, state: Any, point: Callable[[Any], tuple], info: dict, final: Callable | None = None
     ) -> Plan:
         """The driver's plan; ``point(state)`` is the output (x, y), ``final(state)`` more info at the end."""
         problem, oracle = self.problem, self.oracle
@@ -104,6 +106,43 @@ def _build(params: Params | None, flat: torch.Tensor | None) -> Any:
     return None if params is None or flat is None else params.build(flat)
 
 
+@encodable
+@dataclass
+class GDAState:
+    x: torch.Tensor
+    y: torch.Tensor | None
+
+
+@encodable
+@dataclass
+class EpochState:
+    """The iterates, the epoch's anchor (x_hat, y_hat), the sums of its iterates, its step count and number."""
+
+    x: torch.Tensor
+    y: torch.Tensor | None
+    x_hat: torch.Tensor
+    y_hat: torch.Tensor | None
+    sum_x: torch.Tensor
+    sum_y: torch.Tensor | None
+    t: int
+    epoch: int
+
+
+@encodable
+@dataclass
+class SOPAState:
+    """x (weights and thresholds) and the weights' optimizer: Adam's moments, the momentum buffer, the anchor of
+    epoch_decay, and the sum and count of the iterates since the anchor's last reset (None where unused)."""
+
+    x: torch.Tensor
+    m: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    buf: torch.Tensor | None = None
+    ref: torch.Tensor | None = None
+    acc: torch.Tensor | None = None
+    t: int = 0
+
+
 ETA_X = Param("eta_x", (positive(),), REQUIRED, "the step size of x")
 ETA_Y = Param("eta_y", (positive(),), REQUIRED, "the step size of y")
 
@@ -114,14 +153,14 @@ ETA_Y = Param("eta_y", (positive(),), REQUIRED, "the step size of y")
 def sgda_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     mm, eta_x, eta_y = MinMax(problem, run, "sgda"), hp["eta_x"], hp["eta_y"]
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, y = state["x"], state["y"]
+    def step(state: GDAState, k: int) -> tuple[GDAState, dict]:
+        x, y = state.x, state.y
         gx, gy, row = mm.gradients(k, x, y)
         x_next = torch.add(x, gx, alpha=-eta_x)
         y_next = None if y is None else mm.oracle.project_y(torch.add(y, gy, alpha=eta_y))
-        return {"x": x_next, "y": y_next}, row
+        return GDAState(x_next, y_next), row
 
-    return mm.plan(step, {"x": mm.x0, "y": mm.y0}, lambda s: (s["x"], s["y"]), {"eta_x": eta_x, "eta_y": eta_y})
+    return mm.plan(step, GDAState(mm.x0, mm.y0), lambda s: (s.x, s.y), {"eta_x": eta_x, "eta_y": eta_y})
 
 
 register(
@@ -158,27 +197,26 @@ def epoch_gda_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     mm, eta_x, eta_y, gamma = MinMax(problem, run, "epoch-gda"), hp["eta_x"], hp["eta_y"], hp["gamma"]
     epoch_iters, linear = hp["epoch_iters"], hp["growth"] == "linear"
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x, y, x_hat, epoch = state["x"], state["y"], state["x_hat"], state["epoch"]
+    def step(state: EpochState, k: int) -> tuple[EpochState, dict]:
+        x, y, x_hat, epoch = state.x, state.y, state.x_hat, state.epoch
         scale, length = (1.0 / epoch, epoch_iters * epoch) if linear else (1.0, epoch_iters)
         gx, gy, row = mm.gradients(k, x, y)
         x_next = x - eta_x * scale * (gx + gamma * (x - x_hat))
         y_next = None if y is None else mm.oracle.project_y(torch.add(y, gy, alpha=eta_y * scale))
-        sum_x, sum_y = state["sum_x"] + x_next, None if y is None else state["sum_y"] + y_next
-        t = state["t"] + 1
-        new = {**state, "x": x_next, "y": y_next, "sum_x": sum_x, "sum_y": sum_y, "t": t}
+        sum_x, sum_y = state.sum_x + x_next, None if y is None else state.sum_y + y_next
+        t = state.t + 1
+        new = replace(state, x=x_next, y=y_next, sum_x=sum_x, sum_y=sum_y, t=t)
         if t == length:  # the epoch ends: restart from the averages, the new anchor
             new = start_epoch(sum_x / t, None if y is None else sum_y / t, epoch + 1)
         return new, {**row, "epoch": epoch}
 
-    def start_epoch(x_hat: torch.Tensor, y_hat: torch.Tensor | None, epoch: int) -> dict:
+    def start_epoch(x_hat: torch.Tensor, y_hat: torch.Tensor | None, epoch: int) -> EpochState:
         sum_y = None if y_hat is None else torch.zeros_like(y_hat)
-        return {"x": x_hat, "y": y_hat, "x_hat": x_hat, "y_hat": y_hat, "sum_x": torch.zeros_like(x_hat),
-                "sum_y": sum_y, "t": 0, "epoch": epoch}  # fmt: skip
+        return EpochState(x_hat, y_hat, x_hat, y_hat, torch.zeros_like(x_hat), sum_y, 0, epoch)
 
     info = {"eta_x": eta_x, "eta_y": eta_y, "gamma": gamma, "epoch_iters": epoch_iters, "growth": hp["growth"]}
-    point = lambda s: (s["x_hat"], s["y_hat"])  # noqa: E731
-    return mm.plan(step, start_epoch(mm.x0, mm.y0, 1), point, info, final=lambda s: {"epochs": s["epoch"] - 1})
+    point = lambda s: (s.x_hat, s.y_hat)  # noqa: E731
+    return mm.plan(step, start_epoch(mm.x0, mm.y0, 1), point, info, final=lambda s: {"epochs": s.epoch - 1})
 
 
 register(
@@ -301,51 +339,47 @@ class WeightStep:
         """Whether this is the plain gradient step w - eta g (mode 'sgd', no option set)."""
         return self.mode == "sgd" and not (self.momentum or self.clip or self.weight_decay or self.epoch_decay)
 
-    def start(self, x0: torch.Tensor) -> dict:
-        """The optimizer's part of the state at x0."""
-        state: dict[str, Any] = {}
-        if self.mode == "adam":
-            state.update(m=torch.zeros_like(x0), v=torch.zeros_like(x0))
-        if self.momentum:
-            state["buf"] = None  # the first step sets it to d, as torch's SGD does
-        if self.epoch_decay:
-            state["ref"] = x0.clone()
-        if self.epoch_iters is not None:
-            state.update(acc=torch.zeros_like(x0), t=0)
-        return state
+    def start(self, x0: torch.Tensor) -> SOPAState:
+        """The state at x0 (the momentum buffer is set by the first step to d, as torch's SGD does)."""
+        adam = self.mode == "adam"
+        return SOPAState(
+            x0,
+            m=torch.zeros_like(x0) if adam else None,
+            v=torch.zeros_like(x0) if adam else None,
+            ref=x0.clone() if self.epoch_decay else None,
+            acc=None if self.epoch_iters is None else torch.zeros_like(x0),
+        )
 
-    def __call__(self, state: dict, x: torch.Tensor, g: torch.Tensor, k: int, eta: float) -> tuple[torch.Tensor, dict]:
-        """(x with w stepped and every other entry unchanged, the new optimizer state) at iteration k."""
+    def __call__(self, state: SOPAState, x: torch.Tensor, g: torch.Tensor, k: int, eta: float) -> SOPAState:
+        """The state with x's w stepped (every other entry unchanged) and the optimizer's part, at iteration k."""
         mask = self.mask.to(dtype=x.dtype, device=x.device)
         d = torch.where(self.weights, g, 0.0)  # w's gradient, 0 on the other entries
         if self.clip is not None:
             d = d.clamp(-self.clip, self.clip)
         if self.epoch_decay:
-            d = d + self.epoch_decay * (x - state["ref"]) * mask
+            d = d + self.epoch_decay * (x - state.ref) * mask
         if self.weight_decay:
             d = d + self.weight_decay * x * mask
-        new = dict(state)
         if self.mode == "adam":
             b1, b2 = self.b1, self.b2
-            m = b1 * state["m"] + (1 - b1) * d
-            v = b2 * state["v"] + (1 - b2) * d * d
+            m = b1 * state.m + (1 - b1) * d
+            v = b2 * state.v + (1 - b2) * d * d
             m_hat, v_hat = m / (1 - b1 ** (k + 1)), v / (1 - b2 ** (k + 1))
-            new.update(m=m, v=v)
-            return x - eta * m_hat / (v_hat.sqrt() + 1e-8), new
+            return replace(state, x=x - eta * m_hat / (v_hat.sqrt() + 1e-8), m=m, v=v)
+        buf = state.buf
         if self.momentum:
-            buf = d if state["buf"] is None else self.momentum * state["buf"] + (1 - self.dampening) * d
-            new["buf"] = buf
+            buf = d if buf is None else self.momentum * buf + (1 - self.dampening) * d
             d = d + self.momentum * buf if self.nesterov else buf
-        return x - eta * d, new
+        return replace(state, x=x - eta * d, buf=buf)
 
-    def after(self, state: dict, x: torch.Tensor) -> dict:
-        """The state once the step has landed at x: the epoch's sum of iterates, the anchor's reset."""
+    def after(self, state: SOPAState) -> SOPAState:
+        """The state once the step has landed at its x: the epoch's sum of iterates, the anchor's reset."""
         if self.epoch_iters is None:
             return state
-        acc, t = state["acc"] + x, state["t"] + 1
+        acc, t = state.acc + state.x, state.t + 1
         if t == self.epoch_iters:
-            return {**state, "ref": acc / t, "acc": torch.zeros_like(acc), "t": 0}
-        return {**state, "acc": acc, "t": t}
+            return replace(state, ref=acc / t, acc=torch.zeros_like(acc), t=0)
+        return replace(state, acc=acc, t=t)
 
 
 def sopa_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
@@ -355,20 +389,19 @@ def sopa_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     # The thresholds' step eta_s and the weights' eta as one vector: one product per step in SGD mode.
     rates = torch.where(mask, eta_s, eta).to(dtype=mm.x0.dtype)
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
-        x = state["x"]
+    def step(state: SOPAState, k: int) -> tuple[SOPAState, dict]:
+        x = state.x
         gx, _, row = mm.gradients(k, x, y0, hold_y=True)
         if weights.plain:
-            return {**state, "x": x - rates * gx}, row
+            return replace(state, x=x - rates * gx), row
         # LibAUC's step on the weights (Adam, momentum, clipping, decays), the plain step on the thresholds.
-        x_w, new = weights({k: v for k, v in state.items() if k != "x"}, x, gx, k, eta)
-        x_next = x_w - torch.where(mask, gx, 0.0) * eta_s
-        return {"x": x_next, **weights.after(new, x_next)}, row
+        new = weights(state, x, gx, k, eta)
+        return weights.after(replace(new, x=new.x - torch.where(mask, gx, 0.0) * eta_s)), row
 
-    state = {"x": mm.x0, **weights.start(mm.x0)}
+    state = weights.start(mm.x0)
     names = ("s_key", "mode", "momentum", "dampening", "nesterov", "clip_value", "weight_decay", "epoch_decay")
     info = {"eta": eta, "eta_s": eta_s, **{n: hp[n] for n in names}, "epoch_iters": hp["epoch_iters"]}
-    return mm.plan(step, state, lambda s: (s["x"], y0), info)
+    return mm.plan(step, state, lambda s: (s.x, y0), info)
 
 
 register(

@@ -13,15 +13,18 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.errors import CheckpointError, ModelError, OptionError
+from fullcomp.algorithms.stepper import Stepper
+from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem, Params
 from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
+from fullcomp.serial import encodable
 from fullcomp.validation import CALLABLE, NONE, REQUIRED, Options, Param, check_params, positive
 
 #: A step-size multiplier decay(k), shared with the DC baselines (fc.StepDecay is one).
@@ -66,6 +69,22 @@ def user_stacklevel() -> int:
     return level
 
 
+@encodable
+@dataclass
+class SMAGState:
+    """x_t, the proximal estimates x_phi and x_psi, the gradient estimate G and the dual estimates y and z (None
+    where the problem has none); with ``output="random"``, ``pick`` is the snapshot of iteration ``t``."""
+
+    x: torch.Tensor
+    x_phi: torch.Tensor
+    x_psi: torch.Tensor
+    G: torch.Tensor
+    y: torch.Tensor | None
+    z: torch.Tensor | None
+    pick: SMAGState | None = None
+    t: int | None = None
+
+
 class Algorithm1:
     """Lines 4-9 of Algorithm 1 (2 and 3 are its reductions): the update ``fc.smag`` and :class:`SMAGStepper` share."""
 
@@ -82,16 +101,16 @@ class Algorithm1:
                 stacklevel=user_stacklevel(),  # the user's line: SMAGStepper(...) or fc.smag(...)
             )
 
-    def start(self) -> dict:
+    def start(self) -> SMAGState:
         """x_0 = x_phi^0 = x_psi^0 from x0; y_0, z_0 from y0, z0 projected onto Y, Z."""
         s = self.oracle.start()
         x = s["x"]
-        return {"x": x, "x_phi": x, "x_psi": x, "G": torch.zeros_like(x), "y": s["y"], "z": s["z"]}
+        return SMAGState(x, x, x, torch.zeros_like(x), s["y"], s["z"])
 
-    def __call__(self, state: dict, batches: tuple, k: int, eta0: float, eta1: float) -> tuple[dict, dict]:
+    def __call__(self, state: SMAGState, batches: tuple, k: int, eta0: float, eta1: float) -> tuple[SMAGState, dict]:
         """Iteration t = k on (batch, psi_batch), already on the run's device; returns (next state, row)."""
         o, gamma, has_psi = self.oracle, self.gamma, self.problem.psi is not None
-        x, x_phi, y, x_psi, z = (state[key] for key in ("x", "x_phi", "y", "x_psi", "z"))
+        x, x_phi, y, x_psi, z = state.x, state.x_phi, state.y, state.x_psi, state.z
         g = o.gradients(k, *batches, phi_at=(x_phi, y), psi_at=(x_psi, z) if has_psi else None)
 
         # Lines 4-5: one stochastic step on min_x' phi(x', y) + ||x' - x_t||^2 / (2 gamma), one ascent step on y.
@@ -117,17 +136,17 @@ class Algorithm1:
             },
             HINT,
         )
-        new = {"x": x_next, "x_phi": x_phi, "x_psi": x_psi, "G": G, "y": o.project_y(y_up), "z": o.project_z(z_up)}
+        new = SMAGState(x_next, x_phi, x_psi, G, o.project_y(y_up), o.project_z(z_up))
         row = {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi, "grad_estimate_norm": g_norm}
         return new, {**row, "lr": eta1}
 
-    def values(self, state: dict, batches: tuple) -> tuple[float, float]:
+    def values(self, state: SMAGState, batches: tuple) -> tuple[float, float]:
         """phi(x_phi, y) and psi(x_psi, z) on the given batches (psi = 0 without psi), without gradients."""
         has_psi = self.problem.psi is not None
         return self.oracle.values(
             *batches,
-            phi_at=(state["x_phi"], state["y"]),
-            psi_at=(state["x_psi"], state["z"]) if has_psi else None,
+            phi_at=(state.x_phi, state.y),
+            psi_at=(state.x_psi, state.z) if has_psi else None,
             where="at the final state",
         )
 
@@ -156,64 +175,63 @@ class OutputRule:
 def setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     smag_update = Algorithm1(problem, hp, run, "smag")
     oracle, output, rule = smag_update.oracle, hp["output"], OutputRule(run.seed)
-    eta0, eta1, decay = hp["eta0"], hp["eta1"], hp["decay"]
+    decay = hp["decay"]
 
-    def step(state: dict, k: int) -> tuple[dict, dict]:
+    def step(state: SMAGState, k: int) -> tuple[SMAGState, dict]:
+        # eta0 and eta1 are read at each step: a stepper's may change between steps, as torch.optim's lr does.
         scale = 1.0 if decay is None else decay(k)
-        new, row = smag_update(state, oracle.draw(run.generator), k, eta0 * scale, eta1 * scale)
+        new, row = smag_update(state, oracle.draw(run.generator), k, hp["eta0"] * scale, hp["eta1"] * scale)
         if output == "random":
             # Snapshot t-bar = k+1: x_{t-bar-1} with the estimates x_phi, x_psi, y, z it produced.
-            pick = {**new, "x": state["x"], "t": k + 1}
-            new["pick"] = pick if rule.keep(k) else state.get("pick")
+            pick = replace(new, x=state.x, t=k + 1)
+            new.pick = pick if rule.keep(k) else state.pick
         return new, row
 
-    def chosen(state: dict) -> dict:
+    def chosen(state: SMAGState) -> SMAGState:
         """The iterates the result holds: the final ones, or the random output's snapshot."""
-        return (state.get("pick") if output == "random" else None) or state
+        return state.pick or state
 
-    def observe(state: dict, k: int) -> dict:
+    def observe(state: SMAGState, k: int) -> dict:
         """The final state's row: exact values on the full batches, else on one fixed fresh draw."""
         phi, psi = smag_update.values(state, oracle.reference_batches())
-        g_norm = float(state["G"].norm())
+        g_norm = float(state.G.norm())
         return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi, "grad_estimate_norm": g_norm}
 
-    def objective(state: dict) -> float:
+    def objective(state: SMAGState) -> float:
         """Phi(x) - Psi(x) at the result's x for a DC problem; else phi(x_phi, y) - psi(x_psi, z), exact batches."""
         s = chosen(state)
         if problem.algorithm == 2:
-            phi, psi = oracle.values(*oracle.exact_batches(), phi_at=s["x"], psi_at=s["x"], where="at x")
+            phi, psi = oracle.values(*oracle.exact_batches(), phi_at=s.x, psi_at=s.x, where="at x")
         else:
             phi, psi = smag_update.values(s, oracle.exact_batches())
         return phi - psi
 
-    def finish(state: dict, history: Any, info: dict) -> Result:
+    def finish(state: SMAGState, history: Any, info: dict) -> Result:
         s = chosen(state)
-        info["output_index"] = s.get("t", info.get("iterations"))
+        info["output_index"] = s.t if s.t is not None else info.get("iterations")
         x = problem.x
         return Result(
-            x.build(s["x"]),
+            x.build(s.x),
             history,
             info,
-            x_phi=x.build(s["x_phi"]),
-            x_psi=None if problem.psi is None else x.build(s["x_psi"]),
-            y=_build(problem.y, s["y"]),
-            z=_build(problem.z, s["z"]),
-            G=s["G"].detach().clone(),
+            x_phi=x.build(s.x_phi),
+            x_psi=None if problem.psi is None else x.build(s.x_psi),
+            y=_build(problem.y, s.y),
+            z=_build(problem.z, s.z),
+            G=s.G.detach().clone(),
         )
 
     state = smag_update.start()
-    if output == "random":
-        state["pick"] = None
-    info = {"algorithm": problem.algorithm, "gamma": hp["gamma"], "eta0": eta0, "eta1": eta1, "output": output}
+    info = {"algorithm": problem.algorithm, "gamma": hp["gamma"], "eta0": hp["eta0"], "eta1": hp["eta1"]}
     return Plan(
         step,
         state,
-        iterate=lambda s: problem.x.build(s["x"]),
+        iterate=lambda s: problem.x.build(s.x),
         finish=finish,
         observe=observe,
         objective=objective if oracle.exact else None,
         components={"output": rule},
-        info={**info, "decay": None if decay is None else repr(decay)},
+        info={**info, "output": output, "decay": None if decay is None else repr(decay)},
         gap="grad_estimate_norm",
         progress_key="grad_estimate_norm",
     )
@@ -267,19 +285,23 @@ def smag(problem: DMaxProblem, **options: Any) -> Result:
     return solve(problem, "smag", **options)
 
 
-class SMAGStepper:
-    """SMAG one iteration at a time, for people who own their training loop.
+class SMAGStepper(Stepper):
+    """SMAG one iteration at a time, for people who own their training loop: ``fc.Stepper(problem, "smag", ...)``
+    with the iterates as properties.
 
     ``opt.step(batch)`` performs lines 4-9 of Algorithm 1 on ``batch`` (drawn
     from the problem's sampler when omitted) and returns the history row.
     The iterates are ``opt.x``, ``opt.x_phi``, ``opt.x_psi``, ``opt.y``,
     ``opt.z`` in the containers the problem was declared with; ``opt.eta0`` and
-    ``opt.eta1`` may be changed between steps.
+    ``opt.eta1`` may be changed between steps, and :meth:`load_state_dict` takes them from the saved state, as
+    ``torch.optim`` takes its learning rate.  ``options`` are SMAG's other hyperparameters (``decay``).
 
     ``fc.smag`` runs exactly these updates inside the shared loop, so a
     stepper fed the same batches follows the same trajectory.  ``dtype``
     defaults to the problem's, as for ``fc.smag``.
     """
+
+    ADJUSTABLE = ("eta0", "eta1")
 
     def __init__(
         self,
@@ -291,64 +313,37 @@ class SMAGStepper:
         seed: Any = 0,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
+        **options: Any,
     ):
         if not isinstance(problem, DMaxProblem):
             raise ModelError(f"SMAGStepper needs a fc.DMaxProblem, got {type(problem).__name__}")
-        hp = check_params(STEPS, {"gamma": gamma, "eta0": eta0, "eta1": eta1}, "SMAGStepper")
-        # The shared options' own checks; a stepper has no budget, so one iteration stands in for it.
-        run = RunOptions.resolve(problem, "SMAGStepper", {"seed": seed, "device": device, "dtype": dtype, "iters": 1})
-        self.problem, self.gamma, self.eta0, self.eta1 = problem, hp["gamma"], hp["eta0"], hp["eta1"]
-        self.device, self.dtype, self.generator = run.device, run.dtype, run.generator
-        self._update = Algorithm1(problem, hp, run, "SMAGStepper")
-        self.state = self._update.start()
-        self.k = 0  # iterations done by step()
+        steps = {"gamma": gamma, "eta0": eta0, "eta1": eta1}
+        super().__init__(problem, "smag", **steps, seed=seed, device=device, dtype=dtype, **options)
 
-    def update(self, state: dict, batch: Any, psi_batch: Any, k: int) -> tuple[dict, dict]:
-        """One iteration t = k of Algorithm 1 on the given batches with the current eta0, eta1."""
-        return self._update(state, self._update.oracle.to_run(batch, psi_batch), k, self.eta0, self.eta1)
+    def _adjust(self, name: str, value: float) -> None:
+        steps = {p.name: self.hyperparameters[p.name] for p in STEPS}
+        self.hyperparameters[name] = check_params(STEPS, {**steps, name: value}, "SMAGStepper")[name]
 
-    def step(self, batch: Any = None, psi_batch: Any = None) -> dict:
-        """One SMAG iteration; ``batch`` defaults to a draw from the problem's sampler (``full_batch`` without one).
-
-        ``psi_batch`` defaults to ``batch`` (one shared batch), or to a draw from
-        ``psi_sampler`` when the problem has one.
-        """
-        p = self.problem
-        if batch is None:
-            batch, drawn_psi = p.sample(self.generator)
-            psi_batch = drawn_psi if psi_batch is None else psi_batch
-        if psi_batch is None:
-            psi_batch = p.psi_sampler(self.generator) if p.separate_samplers else batch
-        k = self.k
-        self.state, row = self.update(self.state, batch, psi_batch, k)
-        self.k = k + 1
-        return {"k": k, **row}
-
-    def _get(self, key: str, params: Params | None) -> Any:
-        return _build(params, self.state[key])
-
-    @property
-    def x(self) -> Any:
-        """The iterate x_t (in x0's container)."""
-        return self._get("x", self.problem.x)
+    eta0 = property(lambda self: self.hyperparameters["eta0"], lambda self, v: self._adjust("eta0", v))
+    eta1 = property(lambda self: self.hyperparameters["eta1"], lambda self, v: self._adjust("eta1", v))
 
     @property
     def x_phi(self) -> Any:
         """x_phi^t, the estimate of prox_{gamma Phi}(x_{t-1})."""
-        return self._get("x_phi", self.problem.x)
+        return self.problem.x.build(self.state.x_phi)
 
     @property
     def x_psi(self) -> Any:
         """x_psi^t, the estimate of prox_{gamma Psi}(x_{t-1}); None in the min-max case."""
-        return None if self.problem.psi is None else self._get("x_psi", self.problem.x)
+        return None if self.problem.psi is None else self.problem.x.build(self.state.x_psi)
 
     @property
     def y(self) -> Any:
-        return self._get("y", self.problem.y)
+        return _build(self.problem.y, self.state.y)
 
     @property
     def z(self) -> Any:
-        return self._get("z", self.problem.z)
+        return _build(self.problem.z, self.state.z)
 
     def copy_to(self, module: torch.nn.Module, which: str = "x") -> None:
         """Write ``x`` (or ``x_phi``, ``x_psi``) into ``module``'s parameters in place."""
@@ -357,31 +352,12 @@ class SMAGStepper:
             raise OptionError("copy_to needs a problem whose x0 is an nn.Module")
         if which not in ("x", "x_phi", "x_psi"):
             raise OptionError(f"which must be 'x', 'x_phi' or 'x_psi', got {which!r}")
-        values = params.split(self.state[which].detach())
+        values = params.split(getattr(self.state, which).detach())
         with torch.no_grad():
             for key, p in module.named_parameters():
                 if key not in values:
                     raise ModelError(f"module has a parameter {key!r} that x0 does not have")
                 p.copy_(values[key])
-
-    def state_dict(self) -> dict:
-        """The iterates, step count, generator and hyperparameters (gamma, and the current eta0 and eta1)."""
-        hyperparameters = {"gamma": self.gamma, "eta0": self.eta0, "eta1": self.eta1}
-        return {"state": self.state, "k": self.k, "generator": self.generator.get_state(), **hyperparameters}
-
-    def load_state_dict(self, saved: dict) -> None:
-        """Resume from :meth:`state_dict`: gamma must be this stepper's (another gamma is another problem, the
-        Moreau envelope's); the step sizes are taken from the saved dict, as torch.optim takes its lr."""
-        missing = [key for key in ("state", "k", "generator", "gamma", "eta0", "eta1") if key not in saved]
-        if missing:
-            raise CheckpointError(
-                f"the state_dict has no {', '.join(map(repr, missing))}; pass SMAGStepper.state_dict()"
-            )
-        if saved["gamma"] != self.gamma:
-            raise CheckpointError(f"the state_dict's gamma is {saved['gamma']!r}, this stepper's {self.gamma!r}")
-        self.state, self.k = saved["state"], saved["k"]
-        self.eta0, self.eta1 = saved["eta0"], saved["eta1"]
-        self.generator.set_state(saved["generator"])
 
 
 def _build(params: Params | None, flat: torch.Tensor | None) -> Any:

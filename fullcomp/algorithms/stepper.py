@@ -31,6 +31,9 @@ STEPPER_OPTIONS = ("seed", "device", "dtype", "x0", "iters")
 class Stepper:
     """One update of ``method`` on ``problem`` per :meth:`step`.
 
+    ``ADJUSTABLE`` names the hyperparameters a user may change between steps (a step size, as ``torch.optim``'s
+    learning rate): :meth:`load_state_dict` takes them from the saved state instead of refusing them.
+
     Parameters
     ----------
     problem : CompositeProblem or DMaxProblem
@@ -42,6 +45,8 @@ class Stepper:
         ``iters`` is the horizon of the parameters that depend on the budget (a theorem's schedule,
         LiNASA+ICG's tau); the stepper itself never stops.
     """
+
+    ADJUSTABLE: tuple[str, ...] = ()
 
     def __init__(self, problem: Any, method: str, /, **options: Any):
         spec, hp, problem, shared = validated(problem, method, options)
@@ -145,11 +150,15 @@ class Stepper:
         """Resume from :meth:`state_dict`; a CheckpointError names what differs from this stepper's run."""
         if not isinstance(state_dict, dict) or state_dict.get("format") != FORMAT:
             raise CheckpointError(f"not a fullcomp stepper state (no {FORMAT!r} format); pass Stepper.state_dict()")
-        mine = self.state_dict()
+        def fixed(saved: dict) -> dict:  # what must agree: all but the adjustable hyperparameters
+            hp = saved.get("hyperparameters")
+            return {**saved, "hyperparameters": {k: v for k, v in (hp or {}).items() if k not in self.ADJUSTABLE}}
+
+        theirs, mine = fixed(state_dict), fixed(self.state_dict())
         for key in ("method", "hyperparameters", "dtype", "horizon"):
-            if state_dict.get(key) != mine[key]:
+            if theirs.get(key) != mine[key]:
                 raise CheckpointError(
-                    f"the state_dict's {key} is {state_dict.get(key)!r} but this stepper's is {mine[key]!r}; "
+                    f"the state_dict's {key} is {theirs.get(key)!r} but this stepper's is {mine[key]!r}; "
                     "build the stepper with the same method and options"
                 )
         missing = [key for key in ("k", "state", "generator", "components") if key not in state_dict]
@@ -164,5 +173,7 @@ class Stepper:
         for name, obj in self.plan.components.items():
             obj.load_state_dict(components[name])
         self.state, self.k = state, int(state_dict["k"])
+        for name in self.ADJUSTABLE:
+            self.hyperparameters[name] = state_dict["hyperparameters"][name]
         self.seconds = float(state_dict.get("seconds", 0.0))
         self.rows = [dict(r) for r in state_dict.get("rows", [])]
