@@ -248,7 +248,8 @@ def test_dc_results_report_the_exact_objective_and_the_decay(digits_pu) -> None:
     assert StepDecay((3, 6))(7) == pytest.approx(0.01)
     # SBCD returns the averaged estimate of prox_{mu Phi}(w) and keeps the anchor w.
     res = sbcd(problem, eta=0.1, mu=1.0, inner_iters=5, iters=10)
-    assert res.w.shape == res.x.shape and not torch.equal(res.w, res.x)
+    w = res.points["w"]
+    assert w.shape == res.x.shape and not torch.equal(w, res.x)
 
 
 def test_dc_methods_reject_bad_options(digits_pu) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from contract_cases import composite
 
 import fullcomp as fc
@@ -110,3 +111,27 @@ def test_the_weights_are_saved_loaded_and_plotted(tmp_path):
     assert run.metrics() == [] and report.weight_columns(run) == [f"q[{i}]" for i in range(5)]
     paths = report.plot([run], tmp_path)
     assert tmp_path / "weights.png" in paths and (tmp_path / "weights.png").stat().st_size > 0
+
+
+def test_a_results_outputs_are_declared_fields():
+    """Each family returns its declared outputs, and None for the others; a name that is not declared is
+    refused, and the DC methods' other points are in ``points``."""
+    from contract_cases import run
+
+    from fullcomp.run.result import OUTPUTS
+
+    expected = {
+        "hmsfw": {"V", "z", "x_entries", "atoms", "x_start_weight"},
+        "psg": {"V", "z"},
+        "linasa-icg": {"w", "d"},
+        "smag": {"x_phi", "y", "G"},  # no psi, so no x_psi and no z
+        "sopa": {"y"},
+        "fw": {"L"},
+        "sdca": set(),
+    }
+    for method, outputs in expected.items():
+        result = run(method, iters=2)
+        assert {name for name in OUTPUTS if getattr(result, name) is not None} == outputs, method
+    assert run("sbcd", iters=2).points.keys() >= {"w", "v_phi", "v_psi"}
+    with pytest.raises(TypeError, match="points="):
+        fc.Result(torch.zeros(2), fc.History([]), {}, anchor=torch.zeros(2))

@@ -107,12 +107,12 @@ class DC:
         def finish(s: Any, history: Any, info: dict) -> Result:
             # Every point the method keeps (anchor, inner iterates) besides the output, in x0's container.
             point = getattr(s, output)
-            extras = {
+            points = {
                 key: problem.x.build(v)
                 for key, v in vars(s).items()
                 if key != "x" and isinstance(v, torch.Tensor) and v.shape == point.shape
             }
-            return Result(problem.x.build(point), history, info, **extras)
+            return Result(problem.x.build(point), history, info, points=points)
 
         return Plan(
             step,

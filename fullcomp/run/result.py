@@ -16,25 +16,62 @@ from fullcomp.run.history import History, plain, write_atomic
 STATUSES = ("iterations", "seconds", "callback", "converged", "error")
 
 
+#: The outputs a method returns besides x, each a declared attribute of :class:`Result` (None when the method
+#: has none), and what it holds.
+OUTPUTS = {
+    "V": "the Jacobian tracker V_k, n x the entries read (HMSFW, SCFW, PSG, prox-linear)",
+    "z": "the value tracker z_k of those methods; for SMAG, psi's maximizer z",
+    "x_entries": "HMSFW's iterate at the entries it keeps (reads, then track); the dense x on the dense path",
+    "entries": "those entries (an Entries; None on the dense path)",
+    "atoms": "the iterate's atomic form [(atom, weight)]: HMSFW on reads=, Frank-Wolfe's active set",
+    "x_start_weight": "the weight of the start point in HMSFW's atomic form",
+    "w": "LiNASA+ICG's value tracker w_k",
+    "d": "LiNASA+ICG's direction d_k",
+    "x_phi": "SMAG's estimate of prox_{gamma Phi}(x)",
+    "x_psi": "SMAG's estimate of prox_{gamma Psi}(x)",
+    "y": "the maximizer y of phi (SMAG and the min-max methods)",
+    "G": "SMAG's gradient estimate",
+    "L": "Frank-Wolfe's estimate of the smoothness constant of its line search",
+}
+
+
 class Result:
     """A finished run: the iterate ``x``, the ``history``, a summary ``info`` and the ``status``.
 
-    Method-specific outputs (``x_phi``, ``y``, trackers, ...) are attributes too.
-    ``save(folder)`` writes it and :meth:`Result.load` reads it back.
+    The outputs of :data:`OUTPUTS` are attributes (None where the method has none); any other point a method
+    keeps (the DC methods' anchors and inner iterates, a user's method's own outputs) is in ``points``, by
+    name.  ``save(folder)`` writes it and :meth:`Result.load` reads it back.
     """
 
-    def __init__(self, x: torch.Tensor, history: History, info: dict, **extras: Any):
+    V: Any
+    z: Any
+    x_entries: Any
+    entries: Any
+    atoms: Any
+    x_start_weight: float | None
+    w: Any
+    d: Any
+    x_phi: Any
+    x_psi: Any
+    y: Any
+    G: Any
+    L: float | None
+
+    def __init__(self, x: Any, history: History, info: dict, points: dict | None = None, **outputs: Any):
+        unknown = sorted(set(outputs) - set(OUTPUTS))
+        if unknown:
+            raise TypeError(
+                f"Result has no output {', '.join(map(repr, unknown))}; the declared ones are {', '.join(OUTPUTS)}, "
+                "and others go in points={name: value}"
+            )
         self.x, self.history, self.info = x, history, info
         #: The weights F puts on each inner value at the final tracked u (the adversary's q of a worst case,
         #: a CVaR, a DRO risk), for a composite problem; None otherwise.
         self.weights: np.ndarray | None = None
-        self.extras = extras
-
-    def __getattr__(self, name: str) -> Any:
-        extras = self.__dict__.get("extras", {})
-        if name in extras:
-            return extras[name]
-        raise AttributeError(f"Result has no attribute {name!r}; available: x, history, info, {', '.join(extras)}")
+        #: Other points the method keeps, by name.
+        self.points: dict[str, Any] = dict(points or {})
+        for name in OUTPUTS:
+            setattr(self, name, outputs.get(name))
 
     @property
     def value(self) -> float | None:
@@ -66,7 +103,7 @@ class Result:
         self.history.to_csv(folder / "history.csv")
         write_atomic(folder / "summary.json", json.dumps(self.summary(), indent=1, default=str))
         # Structured runs too large for a dense iterate save the values they keep instead.
-        x = self.x if self.x is not None else self.extras.get("x_entries")
+        x = self.x if self.x is not None else self.x_entries
         if isinstance(x, torch.nn.Module):
             x = dict(x.named_parameters())
         if isinstance(x, dict):  # parameters of a model: one array per name
@@ -97,7 +134,7 @@ class Result:
                 f"{folder} is not a saved fullcomp run ({exc}); pass a folder written by Result.save"
             ) from None
         info = {k: v for k, v in summary.items() if k not in ("final", "status", "weights")}
-        x, extras = None, {}
+        x, outputs = None, {}
         try:
             if (folder / "x.npy").exists():
                 x = torch.from_numpy(np.load(folder / "x.npy", allow_pickle=False))
@@ -105,14 +142,14 @@ class Result:
                 with np.load(folder / "x.npz", allow_pickle=False) as arrays:
                     x = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
             elif (folder / "x_entries.npy").exists():
-                extras["x_entries"] = torch.from_numpy(np.load(folder / "x_entries.npy", allow_pickle=False))
+                outputs["x_entries"] = torch.from_numpy(np.load(folder / "x_entries.npy", allow_pickle=False))
         except (OSError, ValueError, TypeError, EOFError) as exc:
             name = next(n for n in ("x.npy", "x.npz", "x_entries.npy") if (folder / n).exists())
             raise DataError(
                 f"{folder / name} is not an array file fullcomp can read without running code ({exc}); "
                 "write it with Result.save, or remove it"
             ) from None
-        result = cls(x, history, info, **extras)
+        result = cls(x, history, info, **outputs)
         if isinstance(summary.get("weights"), list):
             result.weights = np.asarray(summary["weights"], dtype=np.float64)
         return result
