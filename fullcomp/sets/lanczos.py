@@ -410,6 +410,21 @@ class SingularPair(NamedTuple):
     upper: float
 
 
+def ritz_pair(
+    u: np.ndarray,
+    d_t: Any,
+    total: Callable[[np.ndarray], np.ndarray],
+    to_shared: Callable[[np.ndarray], np.ndarray],
+    upper: float,
+) -> SingularPair:
+    """The singular pair of the Ritz vector ``u`` (normalized here): v = d^T u, mapped ``to_shared`` and summed
+    by ``total``, sigma = ||v||, and the bound ``upper`` raised to sigma where it is below."""
+    u = u / np.linalg.norm(u)
+    v = total(to_shared(d_t @ u))
+    sigma = float(np.linalg.norm(v))
+    return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma))
+
+
 def top_singular_pair(
     d: np.ndarray | sp.spmatrix,
     d_t: np.ndarray | sp.spmatrix | None = None,
@@ -493,11 +508,7 @@ def top_singular_pair(
         if (checked and (residual <= tol * abs(theta) or breakdown or last)) or (
             stop is not None and stop(np.sqrt(max(theta, 0.0)), upper)
         ):
-            u = vec @ basis[: j + 1]
-            u /= np.linalg.norm(u)
-            v = total(to_shared(d_t @ u))
-            sigma = float(np.linalg.norm(v))
-            return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma))
+            return ritz_pair(vec @ basis[: j + 1], d_t, total, to_shared, upper)
         if j + 1 < steps:
             basis[j + 1] = w / beta[j]
     if isinstance(d, DeviceMatrix):
@@ -628,10 +639,7 @@ def block_iteration(
         stopped = stop is not None and j >= 1 and stop(np.sqrt(max(theta, 0.0)), upper)
         if residual <= tol * abs(theta) or stopped:
             ritz = ritz_vectors(band[:, :m], basis[:m], b)
-            u = ritz[0] / np.linalg.norm(ritz[0])
-            v = total(shared(final_t @ u))
-            sigma = float(np.linalg.norm(v))
-            return SingularPair(u, sigma, v / sigma if sigma > 0 else v, max(upper, sigma)), ritz, stopped
+            return ritz_pair(ritz[0], final_t, total, shared, upper), ritz, stopped
         if np.abs(np.diag(r)).min() <= 1e-14 * scale:
             break
         basis[m : m + b] = block.T

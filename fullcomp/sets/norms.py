@@ -33,6 +33,16 @@ def check_p(p) -> float:
     return p
 
 
+def easy_projection(ball: LpBall | KNormBall, v: np.ndarray) -> np.ndarray | None:
+    """The projection of ``v`` onto a norm ball where it needs no search: ``v`` itself inside the ball, the origin
+    for radius 0; None otherwise."""
+    if ball.norm(v) <= ball.radius:
+        return v.copy()
+    if ball.radius == 0:
+        return np.zeros_like(v)
+    return None
+
+
 class LpBall(Set):
     """{x : ||x||_p <= radius} entrywise for any shape, p in (1, inf].
 
@@ -80,10 +90,9 @@ class LpBall(Set):
 
     @numeric
     def project(self, v: np.ndarray) -> np.ndarray:
-        if self.norm(v) <= self.radius:
-            return v.copy()
-        if self.radius == 0:
-            return np.zeros_like(v)
+        easy = easy_projection(self, v)
+        if easy is not None:
+            return easy
         if math.isinf(self.p):
             return np.clip(v, -self.radius, self.radius)
         if self.p == 2:
@@ -224,10 +233,9 @@ class KNormBall(_KSet):
 
     @numeric
     def project(self, v: np.ndarray) -> np.ndarray:
-        if self.norm(v) <= self.radius:
-            return v.copy()
-        if self.radius == 0:
-            return np.zeros_like(v)
+        easy = easy_projection(self, v)
+        if easy is not None:
+            return easy
 
         def prox(lam: float) -> np.ndarray:
             return v - ksparse_project(v, self.k, lam)

@@ -15,12 +15,11 @@ from fullcomp.errors import OptionError
 from fullcomp.experiments import harness
 from fullcomp.experiments.groupdro.config import (
     DATASETS,
-    DEFAULT_WORKLOADS,
     FINAL_SEEDS,
     METHODS,
     SCHEMA,
     TUNING_SEEDS,
-    Workload,
+    configured_workload,
     dataset_names,
     load_config,
     method_names,
@@ -77,9 +76,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         log(f"{data!r}")
         workload = None
         if frozen is None or args.epochs is not None:
-            base = DEFAULT_WORKLOADS[name]
-            if frozen is not None and name in frozen.fields["workloads"]:
-                base = Workload(**frozen.fields["workloads"][name])
+            base = configured_workload(frozen, name)
             workload = replace(base, epochs=args.epochs or base.epochs)
         if frozen is None and not args.no_tune:
             tune(data, args.methods, seeds=args.tuning_seeds, workload=workload, config=cfg, log=log)

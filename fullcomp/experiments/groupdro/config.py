@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fullcomp.errors import OptionError
-from fullcomp.experiments.harness import ConfigSchema, check_keys, positive_number, select_methods
+from fullcomp.experiments.harness import ConfigSchema, ProtocolConfig, positive_settings, select_methods
 
 #: Tag written into every run's summary.json, so tables() never mixes in other run folders.
 PROTOCOL = "group-dro"
@@ -98,14 +98,7 @@ def dataset_names(datasets: str | Iterable[str] | None) -> list[str]:
 
 def check_settings(method: str, settings: Any) -> dict[str, Any]:
     """The settings of ``method`` holding exactly the keys it reads, as positive numbers."""
-    keys = check_keys(method, settings, METHODS)
-    out = {}
-    for k in keys:
-        try:
-            out[k] = positive_number(settings[k])
-        except OptionError as exc:
-            raise OptionError(f"setting {k} of {method} {exc}") from None
-    return out
+    return positive_settings(method, settings, METHODS)
 
 
 def middle_settings(method: str, grids: dict[str, dict[str, list]] | None = None) -> dict[str, Any]:
@@ -135,6 +128,12 @@ class Workload:
 #: channels, 2,689 weights), Adult 10 epochs of 114 iterations (batch 256, one hidden layer of 32 units,
 #: 3,521 weights).
 DEFAULT_WORKLOADS = {"cmnist": Workload(25, 32, 16), "adult": Workload(10, 64, 32)}
+
+
+def configured_workload(config: ProtocolConfig | None, dataset: str) -> Workload:
+    """The workload of ``dataset`` in ``config`` (None: no configuration), else :data:`DEFAULT_WORKLOADS`'."""
+    saved = config.fields["workloads"].get(dataset) if config is not None else None
+    return Workload(**saved) if saved else DEFAULT_WORKLOADS[dataset]
 
 
 def workload_field(value: Any) -> dict[str, int]:

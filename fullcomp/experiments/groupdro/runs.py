@@ -9,6 +9,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ from fullcomp.experiments.groupdro.config import (
     METHODS,
     SCHEMA,
     TUNING_SEEDS,
+    GroupMethod,
     Workload,
     check_settings,
+    configured_workload,
     load_config,
     method_names,
     middle_settings,
@@ -43,7 +46,7 @@ from fullcomp.experiments.groupdro.problem import (
     outer_function,
     uniform_sampler,
 )
-from fullcomp.experiments.harness import ProtocolConfig, check_seeds, emit, grid_edges, resolve_search
+from fullcomp.experiments.harness import ProtocolConfig, check_seeds, emit, grid_edges, search_points
 from fullcomp.run import write_atomic
 
 #: The test metrics the tables report at the selected and at the last epoch.
@@ -95,34 +98,38 @@ def _pick(row: dict) -> dict:
 # --------------------------------------------------------------------------------------------------- runs
 
 
-def _train_torch(
-    method: str,
-    data: GroupData,
-    settings: dict,
-    net: nn.Module,
-    seed: int,
-    workload: Workload,
-    evaluate: Callable,
-    adjustment: float,
-) -> tuple[torch.Tensor, list[dict], dict]:
+@dataclass(frozen=True)
+class _Training:
+    """What both trainers of :func:`run_method` read: the method, the data, the checked settings, the network
+    (trained in place), the seed, the workload, the evaluation of a network and the iterations per epoch."""
+
+    spec: GroupMethod
+    data: GroupData
+    settings: dict
+    net: nn.Module
+    seed: int
+    workload: Workload
+    evaluate: Callable
+    ipe: int
+
+
+def _train_torch(run: _Training, adjustment: float) -> tuple[torch.Tensor, list[dict], dict]:
     """ERM or Group DRO with Adam; one history row per epoch (and the start)."""
-    spec = METHODS[method]
-    G, per_group = data.n_groups, workload.per_group
-    batch = G * per_group
-    ipe = iters_per_epoch(len(data.train), batch)
-    plain = spec.sampling == "plain"
-    sampler = uniform_sampler(data.train, batch) if plain else balanced_sampler(data.train, per_group, G)
+    data, settings, net, evaluate, ipe = run.data, run.settings, run.net, run.evaluate, run.ipe
+    G, per_group = data.n_groups, run.workload.per_group
+    plain = run.spec.sampling == "plain"
+    sampler = uniform_sampler(data.train, G * per_group) if plain else balanced_sampler(data.train, per_group, G)
     inner = group_losses_map(G)
     dro = "eta_q" in settings
     adjust = group_adjustments(data.train.counts(G), adjustment) if dro and adjustment > 0 else None
     q = torch.full((G,), 1.0 / G, dtype=torch.float64)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(run.seed)
     optimizer = torch.optim.Adam(net.parameters(), lr=settings["lr"])
     rows = [{"k": 0, "time": 0.0, "epoch": 0, **evaluate(net)}]
     if dro:
         rows[0].update({f"q[{i}]": float(v) for i, v in enumerate(q)})
     seconds, stopped = 0.0, "iterations"
-    for epoch in range(1, workload.epochs + 1):
+    for epoch in range(1, run.workload.epochs + 1):
         total = torch.zeros((), dtype=torch.float64)
         start = time.perf_counter()
         for _ in range(ipe):
@@ -155,27 +162,17 @@ def _train_torch(
     return flat, rows, info
 
 
-def _train_fullcomp(
-    method: str,
-    data: GroupData,
-    settings: dict,
-    net: nn.Module,
-    seed: int,
-    workload: Workload,
-    evaluate: Callable,
-    progress: bool,
-) -> fc.Result:
+def _train_fullcomp(run: _Training, progress: bool) -> fc.Result:
     """HMSFW, SCFW or PSG through ``fc.solve`` on per-layer l2 balls, with the network as the variable."""
-    spec = METHODS[method]
-    G = data.n_groups
-    ipe = iters_per_epoch(len(data.train), G * workload.per_group)
-    domain = fc.layer_domains(net, "l2", factor=settings["factor"])
+    spec, net, ipe = run.spec, run.net, run.ipe
+    G = run.data.n_groups
+    domain = fc.layer_domains(net, "l2", factor=run.settings["factor"])
     fc.make_feasible(net, domain)
     problem = fc.CompositeProblem(
         outer_function(spec.outer, G),
         group_losses_map(G),
         domain,
-        sampler=balanced_sampler(data.train, workload.per_group, G),
+        sampler=balanced_sampler(run.data.train, run.workload.per_group, G),
         x0=net,
     )
     probe = copy.deepcopy(net)
@@ -184,14 +181,14 @@ def _train_fullcomp(
         if iterate.k % ipe:
             return None  # a row of the adversary's weights only
         problem.load_into(probe, iterate.x)
-        return {"epoch": iterate.k // ipe, **evaluate(probe)}
+        return {"epoch": iterate.k // ipe, **run.evaluate(probe)}
 
-    options = {**spec.fixed, **{k: settings[k] for k in spec.keys if k != "factor"}}
+    options = {**spec.fixed, **{k: run.settings[k] for k in spec.keys if k != "factor"}}
     return fc.solve(
         problem,
         spec.solver,
-        iters=workload.epochs * ipe,
-        seed=seed,
+        iters=run.workload.epochs * ipe,
+        seed=run.seed,
         eval_every=weights_every(ipe),
         callback=callback,
         progress=progress,
@@ -226,16 +223,17 @@ def run_method(
     evaluate = evaluator(data, splits)
     batch = data.n_groups * workload.per_group
     ipe = iters_per_epoch(len(data.train), batch)
+    training = _Training(spec, data, settings, net, seed, workload, evaluate, ipe)
     wall = time.perf_counter()
     if spec.kind == "torch":
-        x, rows, info = _train_torch(method, data, settings, net, seed, workload, evaluate, adjustment)
+        x, rows, info = _train_torch(training, adjustment)
         q = info.pop("weights", None)
         info.update(method=method, metrics=[k for k in rows[-1] if k.startswith(("val_", "test_"))])
         result = fc.Result(x, fc.History(rows), info)
         if q is not None:
             result.weights = np.asarray(q)
     else:
-        result = _train_fullcomp(method, data, settings, net, seed, workload, evaluate, progress)
+        result = _train_fullcomp(training, progress)
     wall = time.perf_counter() - wall
     selected, last = select_epoch(result.history.rows)
     epochs = last["epoch"]
@@ -287,14 +285,8 @@ def tune(
     record: dict[str, Any] = {}
     started = time.perf_counter()
     for name in names:
-        if name not in grids:
-            raise OptionError(f"no grid for {name}; give grids[{name!r}] = {{setting: [values]}}")
-        tried: list[dict[str, Any]] = []
 
-        def score(point: dict, name: str = name, tried: list = tried) -> float:
-            for entry in tried:
-                if entry["settings"] == point:
-                    return -entry["val_worst_acc"]
+        def measure(point: dict, name: str = name) -> dict[str, Any]:
             settings = check_settings(name, point)
             values = []
             for seed in seed_list:
@@ -306,11 +298,10 @@ def tune(
                     value = -math.inf
                 values.append(value if math.isfinite(value) else -math.inf)
             entry = {"settings": settings, "val_worst_acc": float(np.mean(values))}
-            tried.append(entry)
             emit(log, f"tune {data.name}/{name} {point}: validation worst-group accuracy {entry['val_worst_acc']:.4f}")
-            return -entry["val_worst_acc"]
+            return entry
 
-        resolve_search(search)(grids[name], score)
+        tried = search_points(grids, name, search, measure, "settings", "val_worst_acc")
         best = max(tried, key=lambda t: t["val_worst_acc"])  # max keeps the first of equals: grid order
         cfg.set(data.name, name, best["settings"])
         record[name] = {
@@ -354,8 +345,7 @@ def bench_group_dro(
     names, seed_list = method_names(methods), check_seeds(seeds)
     cfg = load_config(config) if config is not None else None
     if workload is None:
-        saved = cfg.fields["workloads"].get(data.name) if cfg is not None else None
-        workload = Workload(**saved) if saved else DEFAULT_WORKLOADS[data.name]
+        workload = configured_workload(cfg, data.name)
     folders = []
     for name in names:
         settings = cfg.settings_for(data.name, name) if cfg is not None else middle_settings(name)

@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fullcomp.experiments import harness
-from fullcomp.experiments.groupdro.config import METHODS, PROTOCOL
+from fullcomp.experiments.groupdro.config import DATASETS, METHODS, PROTOCOL
 from fullcomp.report import mean_sd, protocol_runs
-from fullcomp.run import History
 
 #: (key, title, higher is better, decimals) of the main table, all on the test split at the epoch of best
 #: validation worst-group accuracy, then the same at the last epoch, then the cost.
@@ -34,15 +32,12 @@ CONFIG_NAME = "group-dro-config.json"
 PROVENANCE_NAME = "protocol.json"
 
 
-@dataclass
-class GroupRun:
-    path: Path
-    summary: dict
-    history: History = field(repr=False)
+class GroupRun(harness.RunFolder):
+    """A run folder of ``fullcomp bench group-dro``; ``metric(key)`` is its value of a table column."""
 
     def metric(self, key: str) -> float:
         if key == "seconds_per_epoch":
-            return float(self.summary.get("seconds_per_epoch", math.nan))
+            return self.number(key)
         block, name = ("last_epoch", key[5:]) if key.startswith("last_") else ("selected", key)
         value = self.summary.get(block, {}).get(name, math.nan)
         return float(value) if isinstance(value, (int, float)) else math.nan
@@ -51,16 +46,6 @@ class GroupRun:
 def find_protocol_runs(out_dir: str | os.PathLike) -> list[GroupRun]:
     """Every run folder under ``out_dir`` written by ``fullcomp bench group-dro``."""
     return [GroupRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench group-dro")]
-
-
-def _grouped(runs: list[GroupRun]) -> list[tuple[str, str, list[GroupRun]]]:
-    groups: dict[tuple[str, str], list[GroupRun]] = {}
-    for run in runs:
-        groups.setdefault((str(run.summary["dataset"]), str(run.summary["method"])), []).append(run)
-    rank = {m: i for i, m in enumerate(METHODS)}
-    data_rank = {"cmnist": 0, "adult": 1}
-    keys = sorted(groups, key=lambda k: (data_rank.get(k[0], 9), k[0], rank.get(k[1], 99)))
-    return [(d, m, harness.by_seed(groups[(d, m)])) for d, m in keys]
 
 
 def _label(method: str) -> str:
@@ -72,7 +57,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
     accuracy of every group at the selected epoch, and ``rank_worst_acc`` (1 = highest mean test
     worst-group accuracy at the selected epoch on that data set)."""
     rows = []
-    for dataset, method, runs in _grouped(find_protocol_runs(out_dir)):
+    for dataset, method, runs in harness.group_runs(find_protocol_runs(out_dir), METHODS, DATASETS):
         first = runs[0].summary
         row: dict[str, Any] = {
             "dataset": dataset,
@@ -90,11 +75,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
         for k in range(len(first.get("groups", []))):
             row[f"test_acc_g{k}_mean"], row[f"test_acc_g{k}_sd"] = mean_sd([r.metric(f"test_acc_g{k}") for r in runs])
         rows.append(row)
-    for dataset in {r["dataset"] for r in rows}:
-        block = [r for r in rows if r["dataset"] == dataset]
-        order = sorted(block, key=lambda r: -r["test_worst_acc_mean"] if math.isfinite(r["test_worst_acc_mean"]) else 0)
-        for position, r in enumerate(order, 1):
-            r["rank_worst_acc"] = position
+    harness.rank_rows(rows, "test_worst_acc", "rank_worst_acc", 0.0)
     return rows
 
 
@@ -178,7 +159,7 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
     exponentiated-gradient q; mean over seeds)."""
     from matplotlib.figure import Figure
 
-    grouped = _grouped(find_protocol_runs(out_dir))
+    grouped = harness.group_runs(find_protocol_runs(out_dir), METHODS, DATASETS)
     datasets = list(dict.fromkeys(d for d, _, _ in grouped))
     saved = []
     fig = Figure(figsize=(6.2 * len(datasets), 4.4), layout="constrained")

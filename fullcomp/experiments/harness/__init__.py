@@ -25,17 +25,27 @@ from fullcomp.experiments.harness.cli import (
     write_report,
 )
 from fullcomp.experiments.harness.config import ConfigSchema, ProtocolConfig, positive_number
-from fullcomp.experiments.harness.methods import ProtocolMethod, check_keys, select_methods
-from fullcomp.experiments.harness.search import Search, coordinate_search, grid_edges, grid_search, resolve_search
+from fullcomp.experiments.harness.methods import ProtocolMethod, check_keys, positive_settings, select_methods
+from fullcomp.experiments.harness.search import (
+    Search,
+    coordinate_search,
+    grid_edges,
+    grid_search,
+    resolve_search,
+    search_points,
+)
 from fullcomp.experiments.harness.tables import (
+    RunFolder,
     TableFiles,
     best_mean,
     by_seed,
     cell,
     csv_text,
+    group_runs,
     grouped,
     markdown_table,
     mean_cells,
+    rank_rows,
     save_figure,
     seed_columns,
     write_tables,
@@ -45,6 +55,7 @@ __all__ = [
     "ConfigSchema",
     "ProtocolConfig",
     "ProtocolMethod",
+    "RunFolder",
     "Search",
     "TableFiles",
     "add_config",
@@ -64,14 +75,18 @@ __all__ = [
     "emit",
     "grid_edges",
     "grid_search",
+    "group_runs",
     "grouped",
     "markdown_table",
     "mean_cells",
     "parse_seeds",
     "positive_number",
     "positive_parser",
+    "positive_settings",
+    "rank_rows",
     "resolve_search",
     "save_figure",
+    "search_points",
     "seed_columns",
     "select_methods",
     "write_tables",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fullcomp.errors import OptionError
+from fullcomp.experiments.harness.config import positive_number
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,15 @@ def check_keys(method: str, settings: Any, registry: dict[str, Any]) -> tuple[st
             + (f"; unknown {', '.join(extra)}" if extra else "")
         )
     return keys
+
+
+def positive_settings(method: str, settings: Any, registry: dict[str, Any]) -> dict[str, float]:
+    """The settings of ``method`` holding exactly the keys of ``registry[method]`` (:func:`check_keys`), each
+    refused unless it is a positive number and returned as a float."""
+    out = {}
+    for k in check_keys(method, settings, registry):
+        try:
+            out[k] = positive_number(settings[k])
+        except OptionError as exc:
+            raise OptionError(f"setting {k} of {method} {exc}") from None
+    return out

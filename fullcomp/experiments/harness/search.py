@@ -48,6 +48,33 @@ def resolve_search(search: str | Search, sweeps: int = 2) -> Search:
     )
 
 
+def search_points(
+    grids: dict[str, dict[str, list]],
+    method: str,
+    search: str | Search,
+    measure: Callable[[dict[str, Any]], dict[str, Any]],
+    point_key: str,
+    score_key: str,
+) -> list[dict[str, Any]]:
+    """The entries ``measure(point)`` of the points of ``grids[method]`` that ``search``
+    (:func:`resolve_search`) visits, in visiting order: an entry holds its point under ``point_key`` (a revisit
+    reuses it) and its score under ``score_key`` (the higher the better)."""
+    if method not in grids:
+        raise OptionError(f"no grid for {method}; give grids[{method!r}] = {{setting: [values]}}")
+    tried: list[dict[str, Any]] = []
+
+    def score(point: dict[str, Any]) -> float:
+        for entry in tried:  # a search may revisit a point
+            if entry[point_key] == point:
+                return -entry[score_key]
+        entry = measure(point)
+        tried.append(entry)
+        return -entry[score_key]
+
+    resolve_search(search)(grids[method], score)
+    return tried
+
+
 def grid_edges(grid: dict[str, list], point: dict[str, Any]) -> list[str]:
     """The settings of ``point`` at an end of their grid axis (of more than one value): a choice there
     suggests extending the grid."""

@@ -7,11 +7,11 @@ import io
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fullcomp.run import write_atomic
+from fullcomp.run import History, write_atomic
 
 
 @dataclass
@@ -49,9 +49,47 @@ def write_tables(
     return TableFiles(out / f"{stem}.csv", out / f"{stem}.md", list(csv_rows) if rows is None else rows)
 
 
+@dataclass
+class RunFolder:
+    """One run folder of a protocol: its path, its summary.json and its history.csv."""
+
+    path: Path
+    summary: dict
+    history: History = field(repr=False)
+
+    def number(self, key: str) -> float:
+        """``summary[key]`` as a float, NaN where the summary lacks it."""
+        return float(self.summary.get(key, math.nan))
+
+
 def by_seed(runs: Iterable[Any]) -> list[Any]:
     """Run folders (with a ``summary`` dict) sorted by their seed."""
     return sorted(runs, key=lambda r: int(r.summary.get("seed", 0)))
+
+
+def group_runs(
+    runs: Iterable[RunFolder], methods: Iterable[str], datasets: Sequence[str] = ()
+) -> list[tuple[str, str, list[Any]]]:
+    """(dataset, method, its runs by seed) for each pair in the runs' summaries: the data sets of ``datasets``
+    first, in that order, then the others by name; within one, the methods in the order of ``methods``, then
+    the others."""
+    groups: dict[tuple[str, str], list[RunFolder]] = {}
+    for run in runs:
+        groups.setdefault((str(run.summary["dataset"]), str(run.summary["method"])), []).append(run)
+    data_rank = {d: i for i, d in enumerate(datasets)}
+    rank = {m: i for i, m in enumerate(methods)}
+    keys = sorted(groups, key=lambda k: (data_rank.get(k[0], len(data_rank)), k[0], rank.get(k[1], len(rank))))
+    return [(d, m, by_seed(groups[(d, m)])) for d, m in keys]
+
+
+def rank_rows(rows: Sequence[dict[str, Any]], key: str, name: str, missing: float) -> None:
+    """Set ``row[name]`` to each row's rank among the rows of its data set by ``<key>_mean``, 1 for the highest;
+    a mean that is not finite counts as ``missing``, and equal ones keep the rows' order."""
+    for dataset in {r["dataset"] for r in rows}:
+        block = [r for r in rows if r["dataset"] == dataset]
+        order = sorted(block, key=lambda r: -(r[f"{key}_mean"] if math.isfinite(r[f"{key}_mean"]) else missing))
+        for position, r in enumerate(order, 1):
+            r[name] = position
 
 
 def seed_columns(runs: Sequence[Any]) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from fullcomp.experiments.harness import (
     ConfigSchema,
     ProtocolConfig,
     ProtocolMethod,
-    check_keys,
-    positive_number,
+    positive_settings,
     select_methods,
 )
 
@@ -99,14 +98,9 @@ def method_names(methods: str | Iterable[str] | None) -> list[str]:
 
 def check_settings(method: str, settings: Any) -> dict[str, Any]:
     """The settings of ``method`` holding exactly the keys it reads, as numbers."""
-    keys = check_keys(method, settings, METHODS)
-    out = {}
-    for k in keys:
-        try:
-            v = positive_number(settings[k])
-        except OptionError as exc:
-            raise OptionError(f"setting {k} of {method} {exc}") from None
-        out[k] = int(v) if k == "epoch_iters" else v
+    out = positive_settings(method, settings, METHODS)
+    if "epoch_iters" in out:
+        out["epoch_iters"] = int(out["epoch_iters"])
     return out
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -140,6 +140,37 @@ class PairProblem:
         return tuple(n for n, _ in self.model.named_parameters() if not n.startswith("scorer."))
 
 
+@dataclass
+class _Parts:
+    """What every builder shares: the start model, the sampler, the pair losses, the data and the options."""
+
+    model: PairModel
+    sampler: Callable
+    pair_losses: Callable[[Any, tuple], tuple[torch.Tensor, torch.Tensor]]
+    X: torch.Tensor
+    y: np.ndarray
+    info: dict
+    batch_pos: int
+    batch_neg: int
+
+    @property
+    def scale(self) -> float:
+        """sqrt(B_+), by which the entries sampled once per batch are stored divided."""
+        return math.sqrt(self.batch_pos)
+
+    @property
+    def n_pos(self) -> int:
+        """The number of positives n_+."""
+        return int((self.y == 1).sum())
+
+    def declare(self, problem: DMaxProblem, loss: str) -> PairProblem:
+        """The declared ``loss``: ``problem`` with these parts."""
+        return PairProblem(
+            problem, self.model, loss, self.info, self.batch_pos, self.batch_neg, self.scale, self.X, self.y,
+            self.pair_losses,
+        )  # fmt: skip
+
+
 def _declare(
     X: Any,
     y: Any,
@@ -155,8 +186,8 @@ def _declare(
     init_seed: int,
     aux: Callable[[int], dict[str, int]],
     options: dict,
-) -> tuple[PairModel, Callable, Callable, dict]:
-    """What every builder shares: data, model, sampler and the pair losses."""
+) -> _Parts:
+    """The :class:`_Parts` of a builder: data, model, sampler and the pair losses."""
     X = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X).float()
     y = np.asarray(y).astype(np.int64).reshape(-1)
     if len(X) != y.size:
@@ -202,7 +233,7 @@ def _declare(
         return ell(margin, h[:batch_pos, None] - h[None, batch_pos:]), i
 
     info = {**options, "surrogate": surrogate, "margin": margin, "sigmoid": sigmoid, "replace": replace}
-    return model, sampler, pair_losses, {"X": X, "y": y, "info": info}
+    return _Parts(model, sampler, pair_losses, X, y, info, batch_pos, batch_neg)
 
 
 def _positive(name: str, value: Any) -> float:
@@ -253,21 +284,19 @@ def pauc_dro_problem(
     small values weigh the hardest negatives most (the loss tends to the max, one-way pAUC at small FPR).
     """
     lam = _positive("Lambda", Lambda)
-    model, sampler, pair_losses, data = _declare(
+    parts = _declare(
         X, y, scorer=scorer, hidden=hidden, sigmoid=sigmoid, surrogate=surrogate, margin=margin,
         batch_pos=batch_pos, batch_neg=batch_neg, replace=replace, init_seed=init_seed,
         aux=lambda n: {"v": n}, options={"Lambda": lam},
     )  # fmt: skip
-    scale = math.sqrt(batch_pos)
+    pair_losses, scale = parts.pair_losses, parts.scale
 
     def phi(x: Any, batch: tuple) -> torch.Tensor:
         L, i = pair_losses(x, batch)
         v = scale * x.params["v"][i]
         return lam * (v + torch.exp(L / lam - v[:, None]).mean(dim=1) - 1).mean()
 
-    problem = DMaxProblem(phi, x0=model, sampler=sampler)
-    return PairProblem(problem, model, "kl", data["info"], batch_pos, batch_neg, scale, data["X"], data["y"],
-                       pair_losses)  # fmt: skip
+    return parts.declare(DMaxProblem(phi, x0=parts.model, sampler=parts.sampler), "kl")
 
 
 pauc_dro_problem.__doc__ += _SHARED_DOC
@@ -299,13 +328,12 @@ def tpauc_kl_problem(
     """
     lam, tau = _positive("Lambda", Lambda), _positive("tau", tau)
     r = lam / tau
-    model, sampler, pair_losses, data = _declare(
+    parts = _declare(
         X, y, scorer=scorer, hidden=hidden, sigmoid=sigmoid, surrogate=surrogate, margin=margin,
         batch_pos=batch_pos, batch_neg=batch_neg, replace=replace, init_seed=init_seed,
         aux=lambda n: {"v0": 1, **({"v": n} if r < 1 else {})}, options={"Lambda": lam, "tau": tau},
     )  # fmt: skip
-    scale = math.sqrt(batch_pos)
-    n_pos = int((data["y"] == 1).sum())
+    pair_losses, scale = parts.pair_losses, parts.scale
 
     def value(x: Any, v_all: torch.Tensor | None, batch: tuple) -> torch.Tensor:
         L, i = pair_losses(x, batch)
@@ -323,15 +351,14 @@ def tpauc_kl_problem(
         def phi(x: Any, v: torch.Tensor, batch: tuple) -> torch.Tensor:
             return value(x, v, batch)
 
-        problem = DMaxProblem(phi, x0=model, y0=torch.zeros(n_pos), sampler=sampler)
+        problem = DMaxProblem(phi, x0=parts.model, y0=torch.zeros(parts.n_pos), sampler=parts.sampler)
     else:
 
         def phi(x: Any, batch: tuple) -> torch.Tensor:  # type: ignore[misc]
             return value(x, x.params["v"] if r < 1 else None, batch)
 
-        problem = DMaxProblem(phi, x0=model, sampler=sampler)
-    return PairProblem(problem, model, "two-way-kl", data["info"], batch_pos, batch_neg, scale, data["X"],
-                       data["y"], pair_losses)  # fmt: skip
+        problem = DMaxProblem(phi, x0=parts.model, sampler=parts.sampler)
+    return parts.declare(problem, "two-way-kl")
 
 
 tpauc_kl_problem.__doc__ += _SHARED_DOC
@@ -365,13 +392,12 @@ def tpauc_cvar_problem(
     phi is linear in y: methods whose analysis needs strong concavity in y get none here.
     """
     th0, th1 = _rate("theta0", theta0), _rate("theta1", theta1)
-    model, sampler, pair_losses, data = _declare(
+    parts = _declare(
         X, y, scorer=scorer, hidden=hidden, sigmoid=sigmoid, surrogate=surrogate, margin=margin,
         batch_pos=batch_pos, batch_neg=batch_neg, replace=replace, init_seed=init_seed,
         aux=lambda n: {"s": n, "s2": 1}, options={"theta0": th0, "theta1": th1},
     )  # fmt: skip
-    scale = math.sqrt(batch_pos)
-    n_pos = int((data["y"] == 1).sum())
+    pair_losses, scale, n_pos = parts.pair_losses, parts.scale, parts.n_pos
 
     def phi(x: Any, y_hat: torch.Tensor, batch: tuple) -> torch.Tensor:
         L, i = pair_losses(x, batch)
@@ -379,11 +405,9 @@ def tpauc_cvar_problem(
         g = s + torch.relu(L - s[:, None]).mean(dim=1) / th1  # relu: p_ij = 1[L_ij > s_i], strictly
         return s2 + (scale * y_hat[i] * (g - s2)).mean() / th0
 
-    problem = DMaxProblem(
-        phi, x0=model, y0=torch.full((n_pos,), 1 / scale), Y=Box(0.0, 1 / scale, shape=(n_pos,)), sampler=sampler
-    )
-    return PairProblem(problem, model, "two-way-cvar", data["info"], batch_pos, batch_neg, scale, data["X"],
-                       data["y"], pair_losses)  # fmt: skip
+    Y = Box(0.0, 1 / scale, shape=(n_pos,))
+    problem = DMaxProblem(phi, x0=parts.model, y0=torch.full((n_pos,), 1 / scale), Y=Y, sampler=parts.sampler)
+    return parts.declare(problem, "two-way-cvar")
 
 
 tpauc_cvar_problem.__doc__ += _SHARED_DOC
@@ -582,10 +606,11 @@ class LibAUCStepper:
             y = self._y = self.oracle.project_y(y + self.hp["alpha"] * gy)
             x_steps = (("s", self.hp["beta_0"]), ("s2", self.hp["beta_1"]))
         gx, _, row = self._gradients(batch, y, hold_y=True)
-        x_next, opt = self.weights(self.opt, self._x, gx, k, self.eta)
+        opt = self.weights(self.opt, self._x, gx, k, self.eta)
+        x_next = opt.x
         for name, rate in x_steps or ():
             x_next = x_next - torch.where(self._aux[name], gx, 0.0) * rate
-        self.opt = self.weights.after(opt, x_next)
+        self.opt = self.weights.after(replace(opt, x=x_next))
         self._x, self.k = x_next, k + 1
         return {"k": k, **row}
 

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from fullcomp.datasets.tabular import TabularData
-from fullcomp.errors import FullcompError, OptionError
-from fullcomp.experiments.harness import ProtocolConfig, Search, check_seeds, emit, grid_edges, resolve_search
+from fullcomp.errors import FullcompError
+from fullcomp.experiments.harness import ProtocolConfig, Search, check_seeds, emit, grid_edges, search_points
 from fullcomp.experiments.pauc.config import (
     DEFAULT_BUDGETS,
     DEFAULT_CONFIG,
@@ -144,14 +144,8 @@ def select_settings(
     record: dict[str, Any] = {}
     started = time.perf_counter()
     for name in names:
-        if name not in grids:
-            raise OptionError(f"no grid for {name}; give grids[{name!r}] = {{setting: [values]}}")
-        tried: list[dict[str, Any]] = []
 
-        def score(point: dict, name: str = name, tried: list = tried) -> float:
-            for entry in tried:  # a search may revisit a point
-                if entry["grid"] == point:
-                    return -entry["val_pauc"]
+        def measure(point: dict, name: str = name) -> dict[str, Any]:
             settings = grid_settings(name, point)
             paucs, eods = [], []
             for seed in seed_list:
@@ -165,14 +159,13 @@ def select_settings(
                 eods.append(eod if math.isfinite(eod) else math.inf)
             entry = {"grid": point, "settings": settings, "val_pauc": float(np.mean(paucs))}
             entry["val_eod"] = float(np.mean(eods))
-            tried.append(entry)
             emit(
                 log, f"select {data.name}/{name} {point}: val pAUC {entry['val_pauc']:.4f}, EOD {entry['val_eod']:.4f}"
             )
-            return -entry["val_pauc"]
+            return entry
 
         # The search is led by pAUC; the choice below also weighs EOD among the points it tried.
-        resolve_search(search)(grids[name], score)
+        tried = search_points(grids, name, search, measure, "grid", "val_pauc")
         top = max(t["val_pauc"] for t in tried)
         near = [t for t in tried if t["val_pauc"] >= top - pauc_tolerance]
         best = min(near, key=lambda t: t["val_eod"])  # first of equals: grid order breaks ties

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,6 @@ import numpy as np
 from fullcomp.experiments import harness
 from fullcomp.experiments.pauc.config import METHODS, PROTOCOL
 from fullcomp.report import mean_sd, protocol_runs
-from fullcomp.run import History
 
 # ---------------------------------------------------------------------------------------------- tables
 
@@ -31,15 +29,12 @@ COLUMNS = (
 )
 
 
-@dataclass
-class PAUCRun:
-    path: Path
-    summary: dict
-    history: History = field(repr=False)
+class PAUCRun(harness.RunFolder):
+    """A run folder of ``fullcomp bench pauc-fairness``; ``metric(key)`` is its value of a table column."""
 
     def metric(self, key: str) -> float:
         if key == "wall_seconds":
-            return float(self.summary.get("wall_seconds", math.nan))
+            return self.number(key)
         return float(self.summary.get("metrics", {}).get(key, math.nan))
 
 
@@ -48,20 +43,11 @@ def find_protocol_runs(out_dir: str | os.PathLike) -> list[PAUCRun]:
     return [PAUCRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench pauc-fairness")]
 
 
-def _grouped(runs: list[PAUCRun]) -> list[tuple[str, str, list[PAUCRun]]]:
-    groups: dict[tuple[str, str], list[PAUCRun]] = {}
-    for run in runs:
-        groups.setdefault((str(run.summary["dataset"]), str(run.summary["method"])), []).append(run)
-    rank = {m: i for i, m in enumerate(METHODS)}
-    keys = sorted(groups, key=lambda k: (k[0], rank.get(k[1], 99)))
-    return [(d, m, harness.by_seed(groups[(d, m)])) for d, m in keys]
-
-
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """One row per (dataset, method): seeds, mean and sample SD of every column, and ``rank_pauc``
     (1 = highest mean test pAUC among the methods of that data set)."""
     rows = []
-    for dataset, method, runs in _grouped(find_protocol_runs(out_dir)):
+    for dataset, method, runs in harness.group_runs(find_protocol_runs(out_dir), METHODS):
         row: dict[str, Any] = {
             "dataset": dataset,
             "method": method,
@@ -72,11 +58,7 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
         for key, _, _ in COLUMNS:
             row[f"{key}_mean"], row[f"{key}_sd"] = mean_sd([r.metric(key) for r in runs])
         rows.append(row)
-    for dataset in {r["dataset"] for r in rows}:
-        block = [r for r in rows if r["dataset"] == dataset]
-        order = sorted(block, key=lambda r: -r["test_pauc_mean"] if math.isfinite(r["test_pauc_mean"]) else math.inf)
-        for position, r in enumerate(order, 1):
-            r["rank_pauc"] = position
+    harness.rank_rows(rows, "test_pauc", "rank_pauc", -math.inf)
     return rows
 
 
@@ -114,7 +96,7 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
     from matplotlib.figure import Figure
 
     saved = []
-    grouped = _grouped(find_protocol_runs(out_dir))
+    grouped = harness.group_runs(find_protocol_runs(out_dir), METHODS)
     for dataset in sorted({d for d, _, _ in grouped}):
         block = [(m, runs) for d, m, runs in grouped if d == dataset]
         fig = Figure(figsize=(14, 4.2), layout="constrained")

@@ -129,7 +129,7 @@ def smag_run(problem: DMaxProblem, **options: Any) -> Result:
         # The grid includes eta1 > gamma/2, outside the analysis; the tuning decides, not a warning per run.
         warnings.simplefilter("ignore", UserWarning)
         res = smag(problem, **options)
-    return Result(res.x_phi, res.history, {**res.info, "output": "x_phi"}, x_t=res.x, x_psi=res.x_psi)
+    return Result(res.x_phi, res.history, {**res.info, "output": "x_phi"}, x_psi=res.x_psi, points={"x_t": res.x})
 
 
 METHODS: dict[str, ProtocolMethod] = {

@@ -44,8 +44,8 @@ def evaluator(data: PUData, prior: float, ridge: float, per_epoch: int) -> Calla
             "train_accuracy": accuracy(w, data.train_X, data.train_y),
             "test_accuracy": accuracy(w, data.test_X, data.test_y),
         }
-        if "x_phi" in iterate.state:  # SMAG: also the outer iterate x_t
-            row["train_objective_x"] = pu_risk(data, iterate.state["x"], prior, ridge)
+        if hasattr(iterate.state, "x_phi"):  # SMAG: also the outer iterate x_t
+            row["train_objective_x"] = pu_risk(data, iterate.state.x, prior, ridge)
         return row
 
     return evaluate
