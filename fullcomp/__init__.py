@@ -18,6 +18,7 @@ from fullcomp.algorithms.psg import psg
 from fullcomp.algorithms.smag import SMAGStepper, smag
 from fullcomp.algorithms.stepper import Stepper
 from fullcomp.glmo import GLMOResult, build_glmo
+from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.loaders import LoaderSampler
 from fullcomp.model import (
     CompositeProblem,
@@ -95,7 +96,7 @@ __all__ = [
 __all__ += ["fw", "psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method", "register", "Plan"]
 __all__ += ["noise", "metrics", "distributed", "tune_allocator", "optim"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
-__all__ += ["risk_weights"]
+__all__ += ["risk_weights", "Tracked", "TrackedModel"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]
