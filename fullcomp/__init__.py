@@ -18,7 +18,6 @@ from fullcomp.algorithms.psg import psg
 from fullcomp.algorithms.smag import SMAGStepper, smag
 from fullcomp.algorithms.stepper import Stepper
 from fullcomp.glmo import GLMOResult, build_glmo
-from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.loaders import LoaderSampler
 from fullcomp.model import (
     CompositeProblem,
@@ -38,6 +37,7 @@ from fullcomp.model import (
     tpauc_kl,
 )
 from fullcomp.model.dmax import DMaxProblem
+from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.run import Checkpoint, History, Result
 from fullcomp.run.allocator import tune as tune_allocator
 from fullcomp.schedules import Schedule

@@ -36,13 +36,13 @@ import numpy as np
 import torch
 from cvxpy.transforms.partial_optimize import PartialProblem
 
-from fullcomp import distributed
 from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.autodiff import check_inner_output
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.oracles import InnerOracle
+from fullcomp.oracles.entries import EntryMap
 from fullcomp.run import Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.sets.base import Set
@@ -161,13 +161,12 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             f"fc.CappedSimplex, fc.Birkhoff, ...), whose LMO returns one of finitely many vertices; "
             f"{type(domain).__name__} is not one: use step='vanilla'"
         )
-    batch = problem.full_batch
-    index = None if problem.reads is None else torch.as_tensor(problem.reads.flat, device=device)
+    batch, entries = problem.full_batch, EntryMap(problem, device)
     n, shape = outer.n, domain.shape
 
     def at(x: torch.Tensor) -> torch.Tensor:
-        """What the map reads of a flat point: the point in the domain's shape, or its values at ``reads``."""
-        return x.reshape(shape) if index is None else x[index]
+        """What the map reads of a flat point, in the shape it reads it."""
+        return entries.read(x).reshape(entries.shape)
 
     def tensor(a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(a, dtype=dtype, device=device)
@@ -188,7 +187,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     def phi(x: torch.Tensor, where: str) -> float:
         """phi(x) = F(f(x), x) on the exact map."""
         with torch.no_grad():
-            (u,) = distributed.mean(call(x, where).detach().to(dtype))
+            u = entries.mean(call(x, where).detach().to(dtype))
         return outer.value(numpy(u), dense(x))
 
     def first_order(x: torch.Tensor, k: int) -> tuple[float, np.ndarray]:
@@ -196,14 +195,14 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         point = x.detach().requires_grad_(True)
         with torch.enable_grad():
             out = call(point, f"at iteration {k}")
-            (u,) = distributed.mean(out.detach().to(dtype))
+            u = entries.mean(out.detach().to(dtype))
             g_u, g_x = outer_gradient(outer, numpy(u), dense(x))
             if out.requires_grad:  # a map constant in x (or one that detached it) has a zero gradient
                 weights = torch.as_tensor(g_u, dtype=out.dtype, device=out.device)
                 (grad,) = torch.autograd.grad((out * weights).sum(), point)
             else:
                 grad = torch.zeros_like(point)
-        (grad,) = distributed.mean(grad.detach().to(dtype))
+        grad = entries.mean(grad.detach().to(dtype))
         g = numpy(grad) + (0.0 if g_x is None else g_x)
         if not np.isfinite(g).all():
             raise OracleError(f"the gradient of phi has NaN or Inf entries at iteration {k}")

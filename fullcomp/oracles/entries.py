@@ -98,14 +98,18 @@ class EntryMap:
         """f~ on one batch at the values the map reads, without a Jacobian, averaged over the ranks."""
         with torch.no_grad():
             out = self.problem.inner(values.reshape(self.shape), batch)
-        return distributed.mean(check_inner_output(out, self.problem.n, where).detach().to(dtype))[0]
+        return self.mean(check_inner_output(out, self.problem.n, where).detach().to(dtype))
+
+    def mean(self, t: torch.Tensor) -> torch.Tensor:
+        """The ranks' mean of a quantity each rank computes on its own batch (itself in one process)."""
+        return distributed.mean(t)[0]
 
     def rank_share(self, t: torch.Tensor) -> torch.Tensor:
         """A rank's contribution to the ranks' mean of a quantity on the read entries: on sharded entries the
         other ranks' vanish here, so it is this rank's own over their number; else the mean itself."""
         if self.sharded:
             return t / distributed.world().size
-        return distributed.mean(t)[0]
+        return self.mean(t)
 
 
 __all__ = ["EntryMap", "LAYOUTS"]
