@@ -1,4 +1,4 @@
-"""Oracles: values and Jacobians of the inner map."""
+"""Oracles: values and Jacobians of the inner map, the entry map, and the tracked model built on them."""
 
 from fullcomp.autodiff import (
     BatchJacobian,
@@ -8,11 +8,16 @@ from fullcomp.autodiff import (
     check_touched,
     dense,
 )
+from fullcomp.oracles.entries import EntryMap
 from fullcomp.oracles.jacobian import InnerOracle
+from fullcomp.oracles.tracked import Tracked, TrackedModel
 
 __all__ = [
     "BatchJacobian",
+    "EntryMap",
     "InnerOracle",
+    "Tracked",
+    "TrackedModel",
     "call_checked",
     "check_directional_derivative",
     "check_inner_output",
