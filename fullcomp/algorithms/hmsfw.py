@@ -95,8 +95,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         gamma, beta, rho = sched.at(k)
         gamma = sched.at(k + state.shift)[0] if state.shift else gamma
         y, atoms = point.move(state.y, state.atoms, res, gamma, k)  # y_{k+1} = y_k + gamma_k (x_k - y_k)
-        new = model.advance(state, y, beta, rho, k + 1)  # V_{k+1}, z_{k+1} from one sample at y_{k+1}
-        new = replace(new, atoms=atoms, start=state.start * (1 - gamma), z_exact=exact and rho == 1)
+        moved = {"atoms": atoms, "start": state.start * (1 - gamma), "z_exact": exact and rho == 1}
+        new = model.advance(state, y, beta, rho, k + 1, **moved)  # V_{k+1}, z_{k+1} from one sample at y_{k+1}
         return new, {**row, "gamma": gamma}
 
     def x_of(state: HMSFWState) -> Any:

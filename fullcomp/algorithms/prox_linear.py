@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -104,7 +104,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             "move": float(torch.linalg.vector_norm(x_next - state.y)),
         }
         _, beta, rho = sched.at(k)
-        return replace(model.advance(state, x_next, beta, rho, k + 1), lam=lam), row
+        return model.advance(state, x_next, beta, rho, k + 1, lam=lam), row
 
     info = {"M": M, "inner_iters": J, "inner": route, "schedule": sched.name, "tracker": hp["tracker"]}
     return dense_plan(problem, model, step, state, info, gap="move")
