@@ -572,6 +572,22 @@ def test_colgen_master_falls_back_to_its_cvxpy_program(monkeypatch):
         check_answer(res, X, "max", None, z - V @ y, V, reference(X, "max", None, 4, z - V @ y, V), "colgen")
 
 
+def test_colgen_certifies_through_cvxpy_where_cvxpy_data_cannot_be_compiled(monkeypatch):
+    """The compiled master reads two undocumented parts of CVXPY's problem data; a release that moves them
+    (here: the Clarabel interface's cone conversion) costs speed, with a warning, not answers."""
+    import sys
+    import types
+
+    u = fc.inner_value(4)
+    X, z, V, y = nuclear_instance(23, n=4, shape=(5, 6))
+    with monkeypatch.context() as moved, pytest.warns(RuntimeWarning, match="through CVXPY"):
+        moved.setitem(sys.modules, "cvxpy.reductions.solvers.conic_solvers.clarabel_conif", types.ModuleType("m"))
+        glmo = fc.build_glmo(fc.cvar(u, 0.5), X, route="colgen")
+    assert glmo.master is None
+    res = glmo.solve(z, V, y, tol=1e-6)
+    check_answer(res, X, "cvar", 0.5, z - V @ y, V, reference(X, "cvar", 0.5, 4, z - V @ y, V), "colgen")
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_colgen_certificates_bound_the_truth_on_random_lanczos_instances(seed, monkeypatch):
     monkeypatch.setattr(fc.sets.balls, "DENSE_SIDE", 0)  # Lanczos, warm-started by the last atom, on every call

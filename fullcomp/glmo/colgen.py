@@ -88,7 +88,7 @@ class ColumnGenerationGLMO(GLMO):
         self.lam = cp.Variable(slots, nonneg=True, name="weights")
         self.link = outer.u == self.c + self.images @ self.lam
         self.problem = cp.Problem(cp.Minimize(outer.expr), [self.link, cp.sum(self.lam) == 1, self.lam <= self.mask])
-        self.master = ConicMaster(outer)
+        self.master = ConicMaster.build(outer)
         self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
         self.lazy = np.zeros(slots, dtype=bool)  # slots whose values are not cached yet (heuristic atoms)
@@ -308,13 +308,14 @@ class ColumnGenerationGLMO(GLMO):
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""
         active = np.flatnonzero(self.active)
-        solution = self.master.solve(c, images[:, active])
+        solution = None if self.master is None else self.master.solve(c, images[:, active])
         lam = np.zeros(self.active.size)
         if solution is not None:
             lam[active], self.q = solution.weights, solution.q
         else:
-            # Clarabel called directly did not converge: the CVXPY program also tries SCS.  Its parameters are
-            # set here only (CVXPY's value setter validates: 0.4 ms of a MovieLens-100K update).
+            # Clarabel called directly did not converge, or this CVXPY's data could not be compiled for it: the
+            # CVXPY program also tries SCS.  Its parameters are set here only (CVXPY's value setter validates:
+            # 0.4 ms of a MovieLens-100K update).
             self.c.value, self.images.value, self.mask.value = c, images, self.active.astype(float)
             solvers.solve(self.problem, "column-generation master")
             lam[active] = self.lam.value[active]
