@@ -37,8 +37,8 @@ def missing_fields(template: Any, state: Any) -> list[str]:
     """What a decoded run state lacks that a method's own state has: its keys or dataclass fields, or its type."""
     if isinstance(template, dict) and isinstance(state, dict):
         return [f"state field {key!r}" for key in template if key not in state]
-    if type(template) is not type(state):
-        return [f"a state of type {type(template).__name__}"]
+    if type(template) is not type(state):  # e.g. written by another version of the method
+        return [f"{type(template).__name__} state (it holds a {type(state).__name__})"]
     if dataclasses.is_dataclass(template):
         return [f"state field {f.name!r}" for f in dataclasses.fields(template) if f.name not in vars(state)]
     return []
