@@ -458,3 +458,12 @@ def test_the_baselines_corrected_trackers_follow_the_jacobian_of_a_quadratic_exa
     assert (res.V - jacobian(quadratic_map, res.x)).abs().max() <= 1e-12
     lagging = fc.solve(problem, method, iters=15, seed=1, progress=False)
     assert (lagging.V - jacobian(quadratic_map, lagging.x)).abs().max() > 1e-3
+
+
+def test_the_tracked_model_names_a_tracker_it_does_not_have():
+    from fullcomp.errors import OptionError
+
+    problem = value_noise_problem(affine_map)
+    for bad in ({"jacobian": "stormy"}, {"value": "adam"}, {"layout": "sparse"}):
+        with pytest.raises(OptionError, match=next(iter(bad))):
+            fc.TrackedModel(problem, "cpu", torch.float64, torch.Generator(), **bad)

@@ -16,6 +16,7 @@ import torch
 
 from fullcomp import distributed
 from fullcomp.autodiff import BatchJacobian, check_inner_output
+from fullcomp.errors import OptionError
 
 LAYOUTS = ("dense", "kept")
 
@@ -31,7 +32,7 @@ class EntryMap:
 
     def __init__(self, problem: Any, device: Any, layout: str = "dense"):
         if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+            raise OptionError(f"EntryMap: layout must be one of {LAYOUTS}, got {layout!r}")
         self.problem, self.layout = problem, layout
         self.entries = problem.reads  # None: the map reads the whole point
         self.sharded = bool(problem.sharded)

@@ -87,6 +87,9 @@ class TrackedModel:
         hessian_point: tuple[float, float] = (1.0, 1.0),
         exact: bool = False,
     ):
+        for name, value_, allowed in (("jacobian", jacobian, JACOBIAN_TRACKERS), ("value", value, VALUE_TRACKERS)):
+            if value_ not in allowed:
+                raise OptionError(f"TrackedModel: {name} must be one of {allowed}, got {value_!r}")
         if clip is not None and jacobian != "polyak":
             raise OptionError(
                 "clip applies to the fresh sampled Jacobian of Clipped SCFW; use it with tracker='polyak'"
