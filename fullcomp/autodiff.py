@@ -150,8 +150,11 @@ def jacobian(
     n = out.numel()
     if not out.requires_grad:  # a map constant in x (or one that detached it; the construction check catches that)
         return out, torch.zeros(n, point.numel(), dtype=out.dtype, device=out.device), batched
-    if n == 1:  # one output: torch seeds it with 1 itself, and no view of it joins the graph
-        (row,) = torch.autograd.grad(out, point, allow_unused=True)
+    if n == 1:  # one output seeded with 1, as torch.autograd.grad seeds it, straight into the engine (8 us less)
+        if ENGINE is None:
+            (row,) = torch.autograd.grad(out, point, allow_unused=True)
+        else:
+            (row,) = ENGINE((out,), (torch.ones_like(out),), False, False, (point,), True, accumulate_grad=False)
         return out.detach(), (torch.zeros_like(point) if row is None else row).reshape(1, -1), batched
     if batched and n > ROWS_BY_BACKWARD:
         try:
@@ -176,7 +179,7 @@ def _vmapped_rows(out: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
     retained, so that a refusal of vmap leaves it to the loop.
     """
     basis = torch.eye(out.numel(), dtype=out.dtype, device=out.device).reshape(out.numel(), *out.shape)
-    run = _engine_run_backward()
+    run = ENGINE
 
     def vjp(seed: torch.Tensor) -> torch.Tensor:
         if run is None:  # a torch without it: the public call (and its one-off import)
@@ -195,6 +198,10 @@ def _engine_run_backward() -> Callable | None:
     except ImportError:
         return None
     return run
+
+
+#: The engine's entry, looked up once (None on a torch without it: the public calls then).
+ENGINE = _engine_run_backward()
 
 
 # ---- checks run once while a problem is built ------------------------------------------------------
