@@ -37,7 +37,7 @@ import torch
 from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.autodiff import check_inner_output
+from fullcomp.autodiff import check_inner_output, gradient
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem, Outer
@@ -197,11 +197,11 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             out = call(point, f"at iteration {k}")
             u = entries.mean(out.detach().to(dtype))
             g_u, g_x = outer_gradient(outer, numpy(u), dense(x))
+            grad = None
             if out.requires_grad:  # a map constant in x (or one that detached it) has a zero gradient
                 weights = torch.as_tensor(g_u, dtype=out.dtype, device=out.device)
-                (grad,) = torch.autograd.grad((out * weights).sum(), point)
-            else:
-                grad = torch.zeros_like(point)
+                (grad,) = gradient((out * weights).sum(), (point,))
+            grad = torch.zeros_like(point) if grad is None else grad
         grad = entries.mean(grad.detach().to(dtype))
         g = numpy(grad) + (0.0 if g_x is None else g_x)
         if not np.isfinite(g).all():

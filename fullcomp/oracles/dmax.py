@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fullcomp import distributed
+from fullcomp.autodiff import gradient
 from fullcomp.errors import ModelError, OracleError
 from fullcomp.model.dmax import DMaxProblem, Params, to_run
 
@@ -173,7 +174,7 @@ class DMaxOracle:
             # One term alone is its own total: no zero added, and one node less for the backward pass.
             total = phi + psi if "phi_x" in blocks and "psi_x" in blocks else (phi if "phi_x" in blocks else psi)
         if total.requires_grad:
-            found = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
+            found = gradient(total, tuple(leaves.values()))
         else:  # phi and psi do not depend on the blocks
             found = [None] * len(leaves)
         grads = {name: torch.zeros_like(v) if g is None else g for (name, v), g in zip(leaves.items(), found)}
@@ -225,7 +226,7 @@ class DMaxOracle:
         with torch.enable_grad():
             phi, psi = self._terms({"phi_x": leaf, "psi_x": leaf}, batch, batch)
             gap = phi - psi
-        (grad,) = torch.autograd.grad(gap, leaf, allow_unused=True) if gap.requires_grad else (None,)
+        (grad,) = gradient(gap, (leaf,)) if gap.requires_grad else (None,)
         grad = torch.zeros_like(leaf) if grad is None else grad
         phi, psi = phi.detach(), psi.detach()
         if self._parallel:
