@@ -271,8 +271,8 @@ def smag(problem: DMaxProblem, **options: Any) -> Result:
     Shared options (``fc.describe("smag")`` lists them): iters, seconds, seed
     (of the ``torch.Generator`` handed to the sampler), device, dtype (default:
     the problem's, from x0; floating tensors in each batch are moved there),
-    callback (``iterate.x`` is x in x0's container, ``iterate.state`` the flat
-    vectors), eval_every, progress, checkpoint.
+    callback (``iterate.x`` is x in x0's container, ``iterate.state`` the
+    :class:`SMAGState` of flat vectors), eval_every, progress, checkpoint.
 
     Returns a Result with ``x``, ``x_phi``, ``x_psi`` (in x0's container), ``y``, ``z``
     (None where absent), ``G`` and ``history`` rows ``k``, ``time``, ``phi_value``,
