@@ -37,6 +37,7 @@ import torch
 from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
+from fullcomp.algorithms.tracked import numpy
 from fullcomp.autodiff import check_inner_output, gradient
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
@@ -170,9 +171,6 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
 
     def tensor(a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(a, dtype=dtype, device=device)
-
-    def numpy(t: torch.Tensor) -> np.ndarray:
-        return t.detach().cpu().numpy().astype(np.float64, copy=False)
 
     def dense(x: torch.Tensor) -> np.ndarray | None:
         return numpy(x).reshape(shape) if outer.depends_on_x else None
