@@ -63,3 +63,23 @@ def kill_once_started(code: str, marker: Path, seconds: float = 120) -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def kill_at_update(run_call: str, marker: Path, path: Path, at: int = 9) -> None:
+    """SIGKILL a child run once it reaches update ``at``: ``run_call`` is the run, a line of Python that sees
+    ``fc``, the tests folder on its path, ``checkpoint`` (every 3 updates to ``path``) and ``callback``, which
+    marks the update and stalls there."""
+    code = f"""
+import sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import fullcomp as fc
+
+def callback(it):
+    if it.k == {at}:
+        open({str(marker)!r}, "w").close()
+        time.sleep(60)
+
+checkpoint = fc.Checkpoint({str(path)!r}, every=3)
+{run_call}
+"""
+    kill_once_started(code, marker)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from contract_cases import CASES, composite, dc, kill_once_started, minimax, run
+from contract_cases import CASES, composite, dc, kill_at_update, minimax, run
 
 import fullcomp as fc
 from fullcomp.algorithms.method import REGISTRY
@@ -183,25 +183,11 @@ def test_corrupt_foreign_and_malicious_checkpoints(method, tmp_path):
     assert not marker.exists()
 
 
-KILLED = """
-import sys, time
-sys.path.insert(0, {tests!r})
-from contract_cases import run
-import fullcomp as fc
-
-def slow(it):
-    if it.k == 9:
-        open({marker!r}, "w").close()
-        time.sleep(60)
-
-run({method!r}, iters=16, seed=2, checkpoint=fc.Checkpoint({path!r}, every=3), callback=slow)
-"""
-
-
 @pytest.mark.parametrize("method", ["hmsfw", "smag"])
 def test_run_killed_with_sigkill_resumes_bit_identically(method, tmp_path):
     path, marker = tmp_path / "run.ckpt", tmp_path / "started"
-    kill_once_started(KILLED.format(tests=str(HERE), marker=str(marker), method=method, path=str(path)), marker)
+    call = f"from contract_cases import run; run({method!r}, iters=16, seed=2, "
+    kill_at_update(call + "checkpoint=checkpoint, callback=callback)", marker, path)
     resumed = run(method, iters=16, seed=2, checkpoint=path)
     assert resumed.info["resumed_from"] == 9
     full = run(method, iters=16, seed=2)

@@ -15,7 +15,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import torch
-from contract_cases import kill_once_started
+from contract_cases import kill_at_update
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -289,26 +289,11 @@ def test_a_problem_that_already_ran_resumes_its_checkpoint(tmp_path):
     assert torch.equal(again.x, fc.solve(problem(), "hmsfw", iters=7, seed=1, progress=False).x)
 
 
-KILLED = """
-import sys, time
-sys.path.insert(0, {tests!r})
-import fullcomp as fc
-from test_loaders import problem
-
-def slow(it):
-    if it.k == 9:
-        open({marker!r}, "w").close()
-        time.sleep(60)
-
-fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False, checkpoint=fc.Checkpoint({path!r}, every=3),
-         callback=slow)
-"""
-
-
 def test_a_run_killed_with_sigkill_resumes_bit_identically(tmp_path):
     """Epochs of 5 batches wrap at iterations 5, 10 and 15; the child dies past iteration 9, saved at 9."""
     path, marker = tmp_path / "run.ckpt", tmp_path / "started"
-    kill_once_started(KILLED.format(tests=str(HERE), marker=str(marker), path=str(path)), marker)
+    run = 'from test_loaders import problem; fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False, '
+    kill_at_update(run + "checkpoint=checkpoint, callback=callback)", marker, path)
     resumed = fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False, checkpoint=path)
     assert resumed.info["resumed_from"] == 9
     full = fc.solve(problem(), "hmsfw", iters=16, seed=2, progress=False)
