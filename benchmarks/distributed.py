@@ -47,7 +47,7 @@ import torch
 from time_split import SparseProducts, steady
 
 import fullcomp as fc
-from fullcomp.datasets import digits, pu_problem, pu_split
+from fullcomp_lab.datasets import digits, pu_problem, pu_split
 
 ITERS_DENSE = 60
 ITERS_COMPLETION = 10
@@ -109,7 +109,7 @@ def completion_case(world: fc.distributed.World, size: str, layout: str) -> dict
     """
     import gc
 
-    from fullcomp.experiments import completion_problem, sharded_completion_problem
+    from fullcomp_lab import completion_problem, sharded_completion_problem
 
     shape, n_ratings = COMPLETION[size]
     data = fc.datasets.synthetic_ratings(shape=shape, n_ratings=n_ratings, seed=0)
@@ -244,7 +244,7 @@ def methods_case(world: fc.distributed.World) -> dict:
     """Each of :data:`METHODS` (certified HMSFW and the projection methods PSG, prox-linear, LiNASA+ICG) on the
     sharded synthetic completion problem of :data:`METHODS_SHAPE`: on 2 ranks, each its block of rows; on one
     process, the 2-rank run's path (:func:`union_of_shards`).  Optimizer seconds and bytes sent per update."""
-    from fullcomp.experiments import sharded_completion_problem
+    from fullcomp_lab import sharded_completion_problem
 
     data = fc.datasets.synthetic_ratings(shape=METHODS_SHAPE, n_ratings=METHODS_RATINGS, seed=0)
     if world.parallel:
@@ -269,7 +269,7 @@ def union_of_shards(data: fc.datasets.RatingData, ranks: int) -> fc.CompositePro
     rank r's from the stream ``rank_seed(seed, r)`` (docs/distributed.md's sampling rule).  A run takes the
     path of the distributed run to rounding, so its time per update is that run's work on one process.
     """
-    from fullcomp.experiments import sharded_completion_problem
+    from fullcomp_lab import sharded_completion_problem
 
     parts = [sharded_completion_problem(data, "max", batch=1024, rank=r, size=ranks) for r in range(ranks)]
     starts = np.cumsum([0] + [len(p.reads) for p in parts[:-1]])

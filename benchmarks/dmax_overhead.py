@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 import fullcomp as fc
-from fullcomp.datasets import digits, pu_problem, pu_split
-from fullcomp.experiments.pauc import pauc_problem
 from fullcomp.model.dmax import to_run
+from fullcomp_lab.datasets import digits, pu_problem, pu_split
+from fullcomp_lab.pauc import pauc_problem
 
 torch.set_num_threads(1)
 

@@ -18,8 +18,8 @@ import torch
 from time_split import TimeSplit
 
 import fullcomp as fc
-from fullcomp.experiments import completion_problem
-from fullcomp.experiments import movielens as protocol
+from fullcomp_lab import completion_problem
+from fullcomp_lab import movielens as protocol
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Measured convergence rates of HMSFW against the exponents the HMSFW paper proves.
 
 Synthetic problems with n = 3 outputs and x in R^8 (an l1 ball of radius 2),
-F = max, and oracle noise from :mod:`fullcomp.noise`:
+F = max, and oracle noise from :mod:`fullcomp_lab.noise`:
 
 - convex: f_i(x) = softplus(a_i^T x - b_i) (convex f, nondecreasing F, so the
   model minorizes phi: Assumption 6); phi* from CVXPY.  Metric: the
@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 import fullcomp as fc
+from fullcomp_lab import noise
 
 N, D, RADIUS = 3, 8, 2.0
 _rng = np.random.default_rng(2024)
@@ -62,9 +63,9 @@ def wavy_map(x: torch.Tensor, batch: Any = None) -> torch.Tensor:
 
 
 def make_problem(f: Callable, value_noise: Any, jacobian_noise: Any) -> fc.CompositeProblem:
-    inner, sampler = fc.noise.with_noise(f, None, n=N, d=D, value_noise=value_noise, jacobian_noise=jacobian_noise)
+    inner, sampler = noise.with_noise(f, None, n=N, d=D, value_noise=value_noise, jacobian_noise=jacobian_noise)
     return fc.CompositeProblem(
-        cp.max(fc.inner_value(N)), inner, fc.L1Ball(D, RADIUS), sampler=sampler, full_batch=fc.noise.noiseless()
+        cp.max(fc.inner_value(N)), inner, fc.L1Ball(D, RADIUS), sampler=sampler, full_batch=noise.noiseless()
     )
 
 
@@ -92,8 +93,8 @@ class ExactGap:
 
 # ------------------------------------------------------------------ the measured configurations
 
-GAUSS = fc.noise.Gaussian
-HEAVY = fc.noise.StudentT.of_order(1.5, scale=0.2, margin=0.1)  # df = 1.6: E|e|^1.5 < inf, infinite variance
+GAUSS = noise.Gaussian
+HEAVY = noise.StudentT.of_order(1.5, scale=0.2, margin=0.1)  # df = 1.6: E|e|^1.5 < inf, infinite variance
 
 
 @dataclass
@@ -125,7 +126,7 @@ def nonconvex_case(value_noise: Any, jacobian_noise: Any) -> Callable[[], tuple[
 
 FINITE = nonconvex_case(GAUSS(0.5), GAUSS(0.5))
 TAIL_F = nonconvex_case(HEAVY, GAUSS(0.2))  # r_f = 3/2, r_g = 2
-TAIL_FG = nonconvex_case(HEAVY, fc.noise.StudentT.of_order(1.5, scale=0.1))  # r_f = r_g = 3/2
+TAIL_FG = nonconvex_case(HEAVY, noise.StudentT.of_order(1.5, scale=0.1))  # r_f = r_g = 3/2
 
 CASES: dict[str, Case] = {
     c.label: c

@@ -23,7 +23,7 @@ import torch
 from time_split import TimeSplit, steady
 
 import fullcomp as fc
-from fullcomp.experiments import completion_problem
+from fullcomp_lab import completion_problem
 
 SIZES = {"small": ((6040, 3706), 1_000_000), "large": ((70_000, 10_700), 10_000_000)}
 

@@ -27,7 +27,7 @@ import torch
 from torch.func import grad_and_value
 
 import fullcomp as fc
-from fullcomp.datasets import digits, mnist5k, pu_problem, pu_split
+from fullcomp_lab.datasets import digits, mnist5k, pu_problem, pu_split
 
 
 def smag_seconds(problem: fc.DMaxProblem, iters: int, seed: int) -> float:

@@ -12,7 +12,7 @@ hinge PU risk is unbounded below (with --ridge 0 it falls linearly while ||w||
 grows, so no critical point exists, against Assumption 4.1(iv)).
 The training set is split in two halves: the positives of one half are the
 labeled set S_+, the other half (labels hidden) is the unlabeled set S_u
-(``fullcomp.datasets.pu``; the full comparison with the DC baselines is
+(``fullcomp_lab.datasets.pu``; the full comparison with the DC baselines is
 ``fullcomp bench pu``, see docs/results-pu.md).
 
     python examples/pu_learning.py                                        # scikit-learn's digits
@@ -27,8 +27,8 @@ import time
 import torch
 
 import fullcomp as fc
-from fullcomp.datasets.images import digits, mnist5k
-from fullcomp.datasets.pu import accuracy, pu_problem, pu_risk, pu_split
+from fullcomp_lab.datasets.images import digits, mnist5k
+from fullcomp_lab.datasets.pu import accuracy, pu_problem, pu_risk, pu_split
 
 
 def main(argv: list[str] | None = None) -> dict:

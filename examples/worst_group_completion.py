@@ -27,7 +27,7 @@ the paper), --radius-scale S (tau = S sqrt(P Q), default 1.5), --users P --items
 The map is declared on the structured path: ``reads=`` the training entries, so
 Jacobians (7 x #train), trackers and LMO directions live on observed ratings,
 never on all P Q entries; ``track=`` the test entries, so evaluation reads the
-iterate there.  ``fullcomp.experiments.completion_problem`` packages the same
+iterate there.  ``fullcomp_lab.completion_problem`` packages the same
 declaration for the experiments; this file spells it out.
 """
 

@@ -6,7 +6,7 @@ X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x), and
 ``fc.describe(name)``).
 """
 
-from fullcomp import datasets, distributed, errors, metrics, noise, optim
+from fullcomp import datasets, distributed, errors, optim
 from fullcomp.algorithms import hmsfw, scfw
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.fw import fw
@@ -94,7 +94,7 @@ __all__ = [
     "Stationarity",
 ]
 __all__ += ["fw", "psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method", "register", "Plan"]
-__all__ += ["noise", "metrics", "distributed", "tune_allocator", "optim"]
+__all__ += ["distributed", "tune_allocator", "optim"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
 __all__ += ["risk_weights", "Tracked", "TrackedModel"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]

@@ -6,8 +6,9 @@ Everything after the first ``--`` is handed to the command as it is (for
 closest known option.
 
 Each subcommand is a ``(configure, handler)`` pair registered in
-:data:`COMMANDS`, so later subcommands (``bench``) plug in without touching
-the others.  Handlers return an exit code; library errors
+:data:`COMMANDS`, so a new subcommand plugs in without touching the others
+(the ``fullcomp-lab`` command of this repository reuses them for ``bench``).
+Handlers return an exit code; library errors
 (:class:`fullcomp.errors.FullcompError`) become one ``fullcomp <cmd>: error:``
 line and exit code 1, option errors are argparse's (exit code 2).
 """
@@ -24,7 +25,6 @@ import sys
 import tempfile
 import traceback
 import uuid
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -454,65 +454,7 @@ def report_command(args: argparse.Namespace, rest: list[str], parser: argparse.A
     if args.plot:
         for path in report.plot(runs, args.folder):
             print(f"saved {path}")
-    protocols = {run.summary.get("protocol") for run in runs}
-    for name in EXPERIMENTS:
-        module = experiment_module(name)
-        if module.PROTOCOL not in protocols:
-            continue
-        # Protocol folders also get the paper's aggregated tables and SD-band curves; the corrupt
-        # folders they leave out were warned about above.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", report.CorruptRunWarning)
-            written = module.tables(args.folder)
-            print(f"wrote {written.csv} and {written.markdown}")
-            if args.plot:
-                for path in module.plots(args.folder):
-                    print(f"saved {path}")
     return 0
-
-
-# --------------------------------------------------------------------------- bench
-
-
-#: experiment -> (help, module); the module defines ``add_arguments(parser)`` and
-#: ``run_from_args(args) -> int``, and, for ``fullcomp report``, ``PROTOCOL`` (the
-#: ``protocol`` value its run summaries carry), ``tables(folder)`` and ``plots(folder)``.
-EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "movielens": (
-        "group-robust matrix completion (HMSFW paper, Section 6): every method, seeds, optimizer-time budget",
-        "fullcomp.experiments.movielens",
-    ),
-    "pu": (
-        "positive-unlabeled learning (SMAG paper, Section 5.1): SMAG against the DC baselines",
-        "fullcomp.experiments.pu",
-    ),
-    "pauc-fairness": (
-        "partial AUC with an adversarial fairness regularizer (SMAG paper, Section 5.2)",
-        "fullcomp.experiments.pauc",
-    ),
-    "group-dro": (
-        "group-robust training of a network (Colored MNIST, Adult): HMSFW against ERM and Group DRO",
-        "fullcomp.experiments.groupdro",
-    ),
-}
-
-
-def experiment_module(name: str) -> Any:
-    return importlib.import_module(EXPERIMENTS[name][1])
-
-
-def configure_bench(parser: argparse.ArgumentParser) -> None:
-    targets = parser.add_subparsers(dest="target", metavar="EXPERIMENT", required=True)
-    for name, (help_text, _) in EXPERIMENTS.items():
-        sub = targets.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
-        experiment_module(name).add_arguments(sub)
-
-
-def bench_command(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    """``fullcomp bench EXPERIMENT``: run a paper protocol, then write its tables and plots."""
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return experiment_module(args.target).run_from_args(args)
 
 
 # -------------------------------------------------------------------------- main
@@ -521,7 +463,6 @@ def bench_command(args: argparse.Namespace, rest: list[str], parser: argparse.Ar
 COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
     "run": ("run a method on a problem script and save the run folder", configure_run, run_command),
     "report": ("tabulate (and plot) the run folders under a folder", configure_report, report_command),
-    "bench": ("run a paper's experiment protocol (bench movielens ...)", configure_bench, bench_command),
 }
 
 

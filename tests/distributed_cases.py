@@ -227,7 +227,7 @@ WIDE_DATA = fc.datasets.synthetic_ratings(shape=(20, 30), n_ratings=400, seed=6)
 def sharded(rank: int | None, data=SHARDED_DATA, blocks: str = "rows") -> fc.CompositeProblem:
     """Rank ``rank``'s row (or column) block of a small completion problem; None: one process holding both
     blocks, its inner map the mean of the two ranks' and its sampler the union of their draws."""
-    from fullcomp.experiments import sharded_completion_problem
+    from fullcomp_lab import sharded_completion_problem
 
     if rank is not None:
         return sharded_completion_problem(data, batch=8, rank=rank, size=WORLD, blocks=blocks)
@@ -324,7 +324,7 @@ def on_cuda(rank: int) -> fc.CompositeProblem:
 def touched_union(data=SHARDED_DATA, blocks: str = "rows") -> fc.CompositeProblem:
     """The one-process twin of :func:`sharded` declared, as each rank's part is, on the entries its batches
     touch: its tracker then moves by sparse revisions, as the ranks' do."""
-    from fullcomp.experiments import sharded_completion_problem
+    from fullcomp_lab import sharded_completion_problem
 
     parts = [sharded_completion_problem(data, batch=8, rank=r, size=WORLD, blocks=blocks) for r in range(WORLD)]
     union, starts = sharded(None, data, blocks), [0, len(parts[0].reads)]

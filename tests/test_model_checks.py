@@ -12,6 +12,7 @@ import torch
 import fullcomp as fc
 from fullcomp import autodiff
 from fullcomp.errors import ModelError, OptionError
+from fullcomp_lab import noise
 
 F32, F64 = torch.float32, torch.float64
 A32 = torch.randn(5, 20, generator=torch.Generator().manual_seed(0), dtype=F32)
@@ -60,15 +61,15 @@ def test_a_zero_dimensional_flag_does_not_decide_the_dtype():
 
 
 def test_noisy_maps_pass_the_checks():
-    noisy, sampler = fc.noise.with_noise(
+    noisy, sampler = noise.with_noise(
         lambda x, b: torch.log(1 + torch.exp(A64 @ x)),
         None,
         n=5,
         d=20,
-        value_noise=fc.noise.Gaussian(0.1),
-        jacobian_noise=fc.noise.StudentT(2.5, 0.1),
+        value_noise=noise.Gaussian(0.1),
+        jacobian_noise=noise.StudentT(2.5, 0.1),
     )
-    problem = simplex_problem(noisy, sampler=sampler, full_batch=fc.noise.noiseless())
+    problem = simplex_problem(noisy, sampler=sampler, full_batch=noise.noiseless())
     assert problem.dtype == F64
 
 

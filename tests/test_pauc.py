@@ -12,11 +12,12 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.cli import main
-from fullcomp.datasets.celeba import CelebA
-from fullcomp.datasets.tabular import Split, TabularData, adult, german_credit
 from fullcomp.errors import DataError, ModelError, OptionError
-from fullcomp.experiments import pauc
-from fullcomp.metrics import (
+from fullcomp.model.dmax import DMaxProblem
+from fullcomp_lab import pauc
+from fullcomp_lab.datasets.celeba import CelebA
+from fullcomp_lab.datasets.tabular import Split, TabularData, adult, german_credit
+from fullcomp_lab.metrics import (
     average_precision,
     demographic_parity_difference,
     equal_opportunity_difference,
@@ -24,7 +25,6 @@ from fullcomp.metrics import (
     fairness_report,
     partial_auc,
 )
-from fullcomp.model.dmax import DMaxProblem
 
 torch.set_num_threads(1)
 

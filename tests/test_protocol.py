@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fullcomp.experiments as ex
+import fullcomp_lab as ex
 from fullcomp.datasets import synthetic_ratings
 from fullcomp.errors import OptionError
-from fullcomp.experiments import movielens as protocol
-from fullcomp.experiments.completion import Completion, completion_problem
-from fullcomp.experiments.harness import parse_seeds
-from fullcomp.experiments.movielens import runs as movielens_runs
 from fullcomp.run import History
+from fullcomp_lab import movielens as protocol
+from fullcomp_lab.completion import Completion, completion_problem
+from fullcomp_lab.harness import parse_seeds
+from fullcomp_lab.movielens import runs as movielens_runs
 
 SYNTHETIC = {"shape": (40, 30), "n_ratings": 900, "seed": 3}
 BATCH = 64

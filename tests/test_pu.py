@@ -15,10 +15,10 @@ import torch
 import fullcomp as fc
 from fullcomp import cli
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
-from fullcomp.datasets import images
-from fullcomp.datasets.pu import pu_problem, pu_risk, pu_split
 from fullcomp.errors import DataError, ModelError, OptionError
-from fullcomp.experiments import pu
+from fullcomp_lab import pu
+from fullcomp_lab.datasets import images
+from fullcomp_lab.datasets.pu import pu_problem, pu_risk, pu_split
 
 RNG = np.random.default_rng(0)
 

@@ -221,7 +221,7 @@ def segments_seen(monkeypatch) -> list:
 
 def test_the_completion_experiment_takes_the_segmented_path(monkeypatch):
     """Its reads come group by group, so the pattern needs no permutation and V has one segment per group."""
-    from fullcomp.experiments import completion_problem
+    from fullcomp_lab import completion_problem
 
     found = segments_seen(monkeypatch)
     data = fc.datasets.synthetic_ratings(shape=(60, 40), n_ratings=900, seed=0)
@@ -332,7 +332,7 @@ def test_a_combination_of_atoms_by_one_sampled_product_is_the_sum_of_their_value
 def test_a_sharded_row_block_is_read_group_by_group_and_takes_the_segmented_path(monkeypatch):
     """A rank's block of rows comes group by group, as the whole problem does: its pattern relabels its rows
     (the split Lanczos runs on the columns, which keep d's coordinates) and V has one segment per group."""
-    from fullcomp.experiments import sharded_completion_problem
+    from fullcomp_lab import sharded_completion_problem
 
     found = segments_seen(monkeypatch)
     data = fc.datasets.synthetic_ratings(shape=(60, 40), n_ratings=900, seed=0)

@@ -152,8 +152,8 @@ def test_an_interrupted_structured_run_resumes_exactly(tmp_path, variant, monkey
     Ritz vectors, which the atom carries, and priced atoms stay lazy (x sums them by one sampled product); the
     checkpoint keeps both, so the resumed run starts its next LMO where the uninterrupted one did and sums the
     same atoms the same way."""
-    from fullcomp.experiments import completion_problem
     from fullcomp.glmo import ColumnGenerationGLMO, colgen
+    from fullcomp_lab import completion_problem
 
     touched, subspace = variant in ("touches", "subspace"), variant == "subspace"
     heuristic = []
@@ -428,8 +428,8 @@ def test_a_glmo_call_that_raises_leaves_no_images_to_carry(monkeypatch):
 
 def test_sparse_products_through_torch_give_the_iterates_of_scipy_products(monkeypatch):
     """The route a CUDA run takes for its Lanczos products, exercised on the CPU."""
-    from fullcomp.experiments import completion_problem
     from fullcomp.sets import lanczos
+    from fullcomp_lab import completion_problem
 
     data = fc.datasets.synthetic_ratings(shape=(150, 100), n_ratings=3000, seed=0)
     problem = completion_problem(data, "max", batch=16).problem

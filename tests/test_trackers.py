@@ -14,6 +14,7 @@ import fullcomp as fc
 from fullcomp.errors import OptionError
 from fullcomp.schedules import Schedule, k_offset, theta_taylor
 from fullcomp.trackers import hessian_contraction, hessian_corrected, polyak, segment_point, storm
+from fullcomp_lab import noise
 
 N, D = 3, 6
 RNG = np.random.default_rng(11)
@@ -144,7 +145,7 @@ def test_storm_error_is_the_average_of_the_sample_noise_only(f):
 
 def value_noise_problem(f, reads=None):
     """Noise in the values only: every sample has the exact Jacobian, so STORM tracks it exactly."""
-    noisy, sampler = fc.noise.with_noise(f, None, n=N, d=D, value_noise=fc.noise.Gaussian(0.2))
+    noisy, sampler = noise.with_noise(f, None, n=N, d=D, value_noise=noise.Gaussian(0.2))
     return fc.CompositeProblem(cp.max(fc.inner_value(N)), noisy, fc.Simplex(D), sampler=sampler)
 
 
@@ -176,20 +177,20 @@ def test_storm_has_zero_tracking_error_without_jacobian_noise(f, method, options
 
 
 def noisy_problem(domain=None):
-    inner, sampler = fc.noise.with_noise(
+    inner, sampler = noise.with_noise(
         smooth_map,
         None,
         n=N,
         d=D,
-        value_noise=fc.noise.StudentT.of_order(1.5, scale=0.05),
-        jacobian_noise=fc.noise.Gaussian(0.05),
+        value_noise=noise.StudentT.of_order(1.5, scale=0.05),
+        jacobian_noise=noise.Gaussian(0.05),
     )
     return fc.CompositeProblem(
         cp.max(fc.inner_value(N)),
         inner,
         domain or fc.L1Ball(D, 1.0),
         sampler=sampler,
-        full_batch=fc.noise.noiseless(),
+        full_batch=noise.noiseless(),
     )
 
 
@@ -410,34 +411,34 @@ def test_a_schedule_weight_outside_0_1_is_named_with_its_iteration(bad, name):
 
 
 def test_noise_laws_moments_and_reproducibility():
-    assert fc.noise.StudentT.of_order(1.5).df == pytest.approx(1.6)
-    assert fc.noise.Pareto.of_order(1.5, margin=0.25).finite_below == pytest.approx(1.75)
-    assert fc.noise.Gaussian(1.0).finite_below == math.inf
-    for law in (fc.noise.Gaussian(2.0), fc.noise.StudentT(df=3.0, scale=2.0), fc.noise.Pareto(tail=3.0, scale=2.0)):
+    assert noise.StudentT.of_order(1.5).df == pytest.approx(1.6)
+    assert noise.Pareto.of_order(1.5, margin=0.25).finite_below == pytest.approx(1.75)
+    assert noise.Gaussian(1.0).finite_below == math.inf
+    for law in (noise.Gaussian(2.0), noise.StudentT(df=3.0, scale=2.0), noise.Pareto(tail=3.0, scale=2.0)):
         a = law.sample((40_000,), torch.Generator().manual_seed(0))
         b = law.sample((40_000,), torch.Generator().manual_seed(0))
         assert torch.equal(a, b)
         assert abs(float(a.mean())) < 0.1  # symmetric laws with finite variance: mean zero
-    t = fc.noise.StudentT(df=3.0, scale=2.0).sample((200_000,), torch.Generator().manual_seed(1))
+    t = noise.StudentT(df=3.0, scale=2.0).sample((200_000,), torch.Generator().manual_seed(1))
     assert float(t.var()) == pytest.approx(4.0 * 3.0, rel=0.15)  # scale^2 df / (df - 2)
-    p = fc.noise.Pareto(tail=3.0, scale=2.0).sample((200_000,), torch.Generator().manual_seed(1))
+    p = noise.Pareto(tail=3.0, scale=2.0).sample((200_000,), torch.Generator().manual_seed(1))
     assert float(p.abs().min()) >= 2.0
     assert float((p.abs() > 4.0).float().mean()) == pytest.approx(0.5**3, rel=0.05)  # P(|X| > t) = (scale/t)^tail
     with pytest.raises(OptionError, match="df"):
-        fc.noise.StudentT(df=1.0)
+        noise.StudentT(df=1.0)
     with pytest.raises(OptionError, match="tail"):
-        fc.noise.Pareto(tail=0.8)
+        noise.Pareto(tail=0.8)
 
 
 def test_with_noise_is_additive_in_value_and_jacobian():
     center = torch.linspace(-1, 1, D, dtype=torch.float64)
-    inner, sampler = fc.noise.with_noise(
+    inner, sampler = noise.with_noise(
         smooth_map,
         lambda g: None,
         n=N,
         d=D,
-        value_noise=fc.noise.Pareto(tail=1.8),
-        jacobian_noise=fc.noise.StudentT(df=2.5),
+        value_noise=noise.Pareto(tail=1.8),
+        jacobian_noise=noise.StudentT(df=2.5),
         center=center,
     )
     batch = sampler(torch.Generator().manual_seed(0))
@@ -445,7 +446,7 @@ def test_with_noise_is_additive_in_value_and_jacobian():
     assert torch.allclose(jacobian(inner, x, batch), jacobian(smooth_map, x) + batch.jacobian)
     assert torch.allclose(inner(x, batch), smooth_map(x) + batch.value + batch.jacobian @ (x - center))
     assert torch.allclose(inner(center, batch), smooth_map(center) + batch.value)
-    assert torch.equal(inner(x, fc.noise.noiseless()), smooth_map(x))
+    assert torch.equal(inner(x, noise.noiseless()), smooth_map(x))
 
 
 @pytest.mark.parametrize("tracker", ["storm", "hessian"])

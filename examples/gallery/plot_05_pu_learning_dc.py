@@ -1,7 +1,7 @@
 """Positive-unlabeled learning as a difference of convex functions: SMAG against two DC baselines.
 
 With labeled positives S_+ and unlabeled points S_u (scikit-learn's digits: classes 5-9 positive), the
-unbiased PU risk of a linear hinge classifier is phi(w) - psi(w), both convex (fullcomp.datasets.pu):
+unbiased PU risk of a linear hinge classifier is phi(w) - psi(w), both convex (fullcomp_lab.datasets.pu):
 phi = pi E_+ (1 - w.x)_+ + E_u (1 + w.x)_+ + ridge, psi = pi E_+ (1 + w.x)_+. The difference is neither
 convex nor smooth. SGD steps along g_phi - g_psi; SDCA linearizes psi once per stage and runs SGD on
 the convex rest; SMAG descends the smooth difference of Moreau envelopes, tracking the two proximal
@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import fullcomp as fc
-from fullcomp.datasets.pu import accuracy, pu_problem, pu_risk, pu_split
+from fullcomp_lab.datasets.pu import accuracy, pu_problem, pu_risk, pu_split
 
 matplotlib.use("Agg")  # headless: figures are only written to PNG files
 torch.set_num_threads(1)  # small tensors: one thread avoids contention on a shared machine

@@ -1,7 +1,7 @@
 """Heavy-tailed noise without clipping: HMSFW when the oracle noise has a finite moment of order 2 or 3/2.
 
 The problem is convex: f_i(x) = softplus(a_i^T x - b_i) for 3 outputs, F = max, x in an l1 ball of R^8
-(the convex case of benchmarks/rates.py), so phi* comes from CVXPY. fc.noise.with_noise adds Student-t
+(the convex case of benchmarks/rates.py), so phi* comes from CVXPY. noise.with_noise adds Student-t
 noise to every sampled value and Jacobian: StudentT.of_order(r) has df = r + 0.1, so its r-th moment is
 finite and its (r + 0.1)-th is not; at r = 3/2 the variance is infinite. HMSFW runs the Theorem 2
 schedule, which reads the moment orders (r_f = r_g = r): the Jacobian tracker's weight
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 import fullcomp as fc
+from fullcomp_lab import noise
 
 matplotlib.use("Agg")  # headless: figures are only written to PNG files
 torch.set_num_threads(1)  # tiny tensors: one thread avoids contention on a shared machine
@@ -45,12 +46,12 @@ def main():
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     for r, color in [(2.0, "C0"), (1.5, "C3")]:
-        noise = {"value_noise": fc.noise.StudentT.of_order(r, scale=0.2)}
-        noise["jacobian_noise"] = fc.noise.StudentT.of_order(r, scale=0.1)
-        inner, sampler = fc.noise.with_noise(softplus_map, None, n=N, d=DIM, **noise)
+        laws = {"value_noise": noise.StudentT.of_order(r, scale=0.2)}
+        laws["jacobian_noise"] = noise.StudentT.of_order(r, scale=0.1)
+        inner, sampler = noise.with_noise(softplus_map, None, n=N, d=DIM, **laws)
         u = fc.inner_value(N)
         problem = fc.CompositeProblem(
-            cp.max(u), inner, fc.L1Ball(DIM, RADIUS), sampler=sampler, full_batch=fc.noise.noiseless()
+            cp.max(u), inner, fc.L1Ball(DIM, RADIUS), sampler=sampler, full_batch=noise.noiseless()
         )
         gaps = []
         for seed in range(SEEDS):

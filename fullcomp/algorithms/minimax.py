@@ -276,6 +276,8 @@ def threshold_mask(params: Params, key: str) -> torch.Tensor:
     return torch.cat([torch.full((n,), h) for n, h in zip(params.numels, hits)])
 
 
+#: The options of LibAUC's step on the model weights (:class:`WeightStep`), shared by ``sopa`` and by any
+#: stepper that takes the same step (the LibAUC reference steppers of ``fullcomp-lab``).
 WEIGHT_OPTIONS = (
     Param("mode", (Options(("sgd", "adam")),), "sgd", "the steps on w: 'sgd', or 'adam' as LibAUC's default"),
     Param("betas", (Pair(Interval(float, 0, 1, "left")),), (0.9, 0.999), "Adam's moment decays"),
@@ -457,4 +459,4 @@ def sopa(problem: DMaxProblem, **options: Any) -> Result:
     return solve(problem, "sopa", **options)
 
 
-__all__ = ["sgda", "epoch_gda", "sopa"]
+__all__ = ["sgda", "epoch_gda", "sopa", "WEIGHT_OPTIONS", "WeightStep"]

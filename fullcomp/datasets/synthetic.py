@@ -4,7 +4,7 @@ Built for tests, examples and scale benchmarks, so it never forms a dense P x Q
 matrix: it samples the observed entries as distinct flat positions, evaluates the
 low-rank model only there (in chunks), rounds and clips to the 1-5 star scale,
 and applies the same 80/10/10 split and training-mean centering as
-:func:`fullcomp.datasets.movielens`.
+:func:`fullcomp_lab.datasets.movielens`.
 """
 
 from __future__ import annotations

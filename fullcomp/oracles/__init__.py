@@ -1,4 +1,5 @@
-"""Oracles: values and Jacobians of the inner map, the entry map, and the tracked model built on them."""
+"""Oracles: values and Jacobians of the inner map, the entry map, the tracked model built on them, and the sampled
+(sub)gradients of a DMax problem's phi and psi (:class:`DMaxOracle`)."""
 
 from fullcomp.autodiff import (
     BatchJacobian,
@@ -8,12 +9,14 @@ from fullcomp.autodiff import (
     check_touched,
     dense,
 )
+from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.oracles.entries import EntryMap
 from fullcomp.oracles.jacobian import InnerOracle
 from fullcomp.oracles.tracked import Tracked, TrackedModel
 
 __all__ = [
     "BatchJacobian",
+    "DMaxOracle",
     "EntryMap",
     "InnerOracle",
     "Tracked",
