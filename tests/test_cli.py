@@ -152,9 +152,6 @@ def test_default_out_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         (["run", str(QUICKSTART), "--iters", "3", "--device", "gpu!"], "--device 'gpu!' is not a torch device"),
         (["report"], "the following arguments are required: folder"),
         (["report", ".", "--bogus"], "unrecognized arguments: --bogus"),
-        (["bench"], "the following arguments are required: EXPERIMENT"),
-        (["bench", "imagenet"], "invalid choice: 'imagenet'"),
-        (["bench", "movielens", "--budget", "0"], "--budget"),
     ],
 )
 def test_option_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
@@ -254,14 +251,3 @@ def test_cuda_device_without_cuda(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         main(["run", str(QUICKSTART), "--iters", "3", "--device", "cuda"])
     assert "CUDA is not available on this machine" in capsys.readouterr().err
-
-
-def test_bench_movielens_on_synthetic_data_then_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    out = tmp_path / "bench"
-    argv = ["bench", "movielens", "--objective", "max", "--iters", "2", "--seeds", "1", "--methods", "hmsfw-ii,psg"]
-    argv += ["--out", str(out), "--no-progress", "--synthetic-shape", "30x20", "--synthetic-ratings", "300"]
-    assert main(argv) == 0
-    assert (out / "tables.md").is_file() and (out / "max" / "curves.png").is_file()
-    assert main(["report", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "max/hmsfw-ii/seed1" in text and "max/psg/seed1" in text and "tables.md" in text

@@ -1,7 +1,7 @@
 """The ``fullcomp-lab`` command: ``fullcomp-lab bench EXPERIMENT ...`` and ``fullcomp-lab report FOLDER``.
 
 ``bench`` runs a paper's protocol, then writes its tables and plots; ``report``
-is ``fullcomp report`` (one line per run folder, ``--plot`` curves) followed by
+is ``fullcomp-lab report`` (one line per run folder, ``--plot`` curves) followed by
 the aggregated tables (and SD-band curves) of every protocol whose runs the
 folder holds.  Option errors are argparse's (exit code 2), library errors
 (:class:`fullcomp.errors.FullcompError`) one ``fullcomp-lab <cmd>: error:`` line
@@ -64,7 +64,7 @@ def bench_command(args: argparse.Namespace, rest: list[str], parser: argparse.Ar
 
 
 def report_command(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    """``fullcomp-lab report FOLDER``: ``fullcomp report``'s table, then each protocol's aggregated tables."""
+    """``fullcomp-lab report FOLDER``: ``fullcomp-lab report``'s table, then each protocol's aggregated tables."""
     code = cli.report_command(args, rest, parser)
     if code:
         return code

@@ -1,4 +1,4 @@
-"""Group-robust training of a network (issue 41, item 7) as a reusable protocol: ``fullcomp bench group-dro``.
+"""Group-robust training of a network (issue 41, item 7) as a reusable protocol: ``fullcomp-lab bench group-dro``.
 
 Data (:mod:`.data`), four groups each:
 

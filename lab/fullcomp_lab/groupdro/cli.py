@@ -1,4 +1,4 @@
-"""``fullcomp bench group-dro``: the command-line options and their run."""
+"""``fullcomp-lab bench group-dro``: the command-line options and their run."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from fullcomp_lab.groupdro.tables import CONFIG_NAME, plots, tables
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``fullcomp bench group-dro`` (see :func:`run_from_args`)."""
+    """Options of ``fullcomp-lab bench group-dro`` (see :func:`run_from_args`)."""
     harness.add_typed(
         parser, "--datasets", dataset_names, list(DATASETS), f"subset of {','.join(DATASETS)} (default both)"
     )
@@ -103,7 +103,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     write_provenance(
         out,
         {
-            "command": command or f"fullcomp bench group-dro (from Python, out {out})",
+            "command": command or f"fullcomp-lab bench group-dro (from Python, out {out})",
             "machine": machine(),
             "torch": torch.__version__,
             "threads": args.threads,

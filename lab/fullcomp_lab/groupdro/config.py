@@ -146,7 +146,7 @@ def workload_field(value: Any) -> dict[str, int]:
 #: ``settings[dataset][method]`` and ``workloads[dataset]``.
 SCHEMA = ConfigSchema(
     DEFAULT_CONFIG,
-    "run `fullcomp bench group-dro` without --config: it tunes on validation and writes OUT/group-dro-config.json",
+    "run `fullcomp-lab bench group-dro` without --config: it tunes on validation and writes OUT/group-dro-config.json",
     check_settings,
     fields={"workloads": workload_field},
 )

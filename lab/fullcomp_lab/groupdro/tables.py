@@ -33,7 +33,7 @@ PROVENANCE_NAME = "protocol.json"
 
 
 class GroupRun(harness.RunFolder):
-    """A run folder of ``fullcomp bench group-dro``; ``metric(key)`` is its value of a table column."""
+    """A run folder of ``fullcomp-lab bench group-dro``; ``metric(key)`` is its value of a table column."""
 
     def metric(self, key: str) -> float:
         if key == "seconds_per_epoch":
@@ -44,8 +44,8 @@ class GroupRun(harness.RunFolder):
 
 
 def find_protocol_runs(out_dir: str | os.PathLike) -> list[GroupRun]:
-    """Every run folder under ``out_dir`` written by ``fullcomp bench group-dro``."""
-    return [GroupRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench group-dro")]
+    """Every run folder under ``out_dir`` written by ``fullcomp-lab bench group-dro``."""
+    return [GroupRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp-lab bench group-dro")]
 
 
 def _label(method: str) -> str:

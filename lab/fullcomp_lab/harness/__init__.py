@@ -7,7 +7,7 @@
   objective, validated once when read.
 * :mod:`.search`: the tuning searches (:func:`grid_search`, :func:`coordinate_search`, or your own).
 * :mod:`.tables`: the CSV and Markdown tables.
-* :mod:`.cli`: the options of ``fullcomp bench <protocol>``, the run log and the report after it.
+* :mod:`.cli`: the options of ``fullcomp-lab bench <protocol>``, the run log and the report after it.
 """
 
 from fullcomp_lab.harness.cli import (

@@ -1,4 +1,4 @@
-"""The command-line options of ``fullcomp bench <protocol>`` and the report written after it."""
+"""The command-line options of ``fullcomp-lab bench <protocol>`` and the report written after it."""
 
 from __future__ import annotations
 

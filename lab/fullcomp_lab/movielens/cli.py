@@ -1,4 +1,4 @@
-"""``fullcomp bench movielens``: the command-line options and their run."""
+"""``fullcomp-lab bench movielens``: the command-line options and their run."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _shape(text: str) -> tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``fullcomp bench movielens`` (see :func:`run_from_args`)."""
+    """Options of ``fullcomp-lab bench movielens`` (see :func:`run_from_args`)."""
     parser.add_argument(
         "--data",
         help="MovieLens folder (u.data + u.user, or ratings.dat + users.dat); "

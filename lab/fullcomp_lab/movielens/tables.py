@@ -69,7 +69,7 @@ class ProtocolRun:
 
 def find_protocol_runs(out_dir: str | os.PathLike) -> list[ProtocolRun]:
     """Every run folder under ``out_dir`` written by :func:`bench_movielens` (summary.json + history.csv)."""
-    return [ProtocolRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench movielens")]
+    return [ProtocolRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp-lab bench movielens")]
 
 
 def _order(runs: list[ProtocolRun]) -> list[tuple[str, str, list[ProtocolRun]]]:

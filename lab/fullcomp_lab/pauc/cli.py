@@ -1,4 +1,4 @@
-"""``fullcomp bench pauc-fairness``: the command-line options and their run."""
+"""``fullcomp-lab bench pauc-fairness``: the command-line options and their run."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from fullcomp_lab.pauc.tables import plots, tables
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``fullcomp bench pauc-fairness`` (see :func:`run_from_args`)."""
+    """Options of ``fullcomp-lab bench pauc-fairness`` (see :func:`run_from_args`)."""
     parser.add_argument("--data", required=True, help="folder with adult.data + adult.test, or with german.data")
     parser.add_argument("--out", default="runs/pauc", help="output folder (default runs/pauc)")
     harness.add_seeds(parser, FINAL_SEEDS, "e.g. 2000-2002 (default) or 1,2")

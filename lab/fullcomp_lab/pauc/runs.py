@@ -93,7 +93,7 @@ def run_method(
         progress=progress,
     )
     wall = time.perf_counter() - wall
-    for row in result.history.rows:  # `fullcomp report` reads objective_estimate as every run's objective
+    for row in result.history.rows:  # `fullcomp-lab report` reads objective_estimate as every run's objective
         row.setdefault("objective_estimate", row.get("phi_value", math.nan))
     final = result.history[-1]
     result.info.update(

@@ -30,7 +30,7 @@ COLUMNS = (
 
 
 class PAUCRun(harness.RunFolder):
-    """A run folder of ``fullcomp bench pauc-fairness``; ``metric(key)`` is its value of a table column."""
+    """A run folder of ``fullcomp-lab bench pauc-fairness``; ``metric(key)`` is its value of a table column."""
 
     def metric(self, key: str) -> float:
         if key == "wall_seconds":
@@ -40,7 +40,7 @@ class PAUCRun(harness.RunFolder):
 
 def find_protocol_runs(out_dir: str | os.PathLike) -> list[PAUCRun]:
     """Every run folder under ``out_dir`` written by :func:`bench_pauc`."""
-    return [PAUCRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench pauc-fairness")]
+    return [PAUCRun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp-lab bench pauc-fairness")]
 
 
 def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:

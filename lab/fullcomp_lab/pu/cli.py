@@ -1,4 +1,4 @@
-"""``fullcomp bench pu``: the command-line options and their run."""
+"""``fullcomp-lab bench pu``: the command-line options and their run."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _floats(text: str) -> list[float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``fullcomp bench pu`` (see :func:`run_from_args`)."""
+    """Options of ``fullcomp-lab bench pu`` (see :func:`run_from_args`)."""
     parser.add_argument("--data", help="data folder or file (mnist_5k.csv.gz, MNIST/Fashion-MNIST IDX files, "
                         "CIFAR-10 python batches, fer2013.csv); omit for scikit-learn's digits")  # fmt: skip
     parser.add_argument("--dataset", choices=("auto", *DATASETS), default="auto", help="default: from the files")

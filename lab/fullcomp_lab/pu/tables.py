@@ -55,7 +55,7 @@ class PURun:
 
 def find_runs(out_dir: str | os.PathLike) -> list[PURun]:
     """Every run folder of this protocol under ``out_dir`` (summary.json with protocol "pu" + history.csv)."""
-    return [PURun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp bench pu")]
+    return [PURun(*run) for run in protocol_runs(out_dir, PROTOCOL, "fullcomp-lab bench pu")]
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:

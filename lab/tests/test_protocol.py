@@ -250,7 +250,7 @@ def test_tuning_writes_the_config_that_bench_reads(tmp_path):
 
 
 def test_cli_helpers_run_tables_and_plots(tmp_path, capsys):
-    parser = argparse.ArgumentParser(prog="fullcomp bench movielens")
+    parser = argparse.ArgumentParser(prog="fullcomp-lab bench movielens")
     protocol.add_arguments(parser)
     config = tmp_path / "tiny.json"
     protocol.load_config(tiny_config()).save(config)

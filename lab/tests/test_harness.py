@@ -1,5 +1,5 @@
 """Results unchanged: each protocol's bench on tiny data, with fixed seeds and iteration budgets, writes tables
-that match the committed reference copies in ``tests/data/harness/`` byte for byte, except the timing columns
+that match the committed reference copies in ``lab/tests/data/harness/`` byte for byte, except the timing columns
 (optimizer seconds per update, wall seconds per run), which are masked in both the CSV and the Markdown.
 
 Regenerate the references (only when a change of results is intended) with
