@@ -17,9 +17,9 @@ import argparse
 import torch
 from time_split import TimeSplit
 
-import fullcomp as fc
 from fullcomp_lab import completion_problem
 from fullcomp_lab import movielens as protocol
+from fullcomp_lab.datasets import movielens
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = protocol.load_config()
-    data = fc.datasets.movielens(args.data)
+    data = movielens(args.data)
     scale = config.fields["radius_scale"][args.objective] if args.radius_scale is None else args.radius_scale
     completion = completion_problem(data, args.objective, scale)
     seconds = {}

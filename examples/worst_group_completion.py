@@ -13,7 +13,8 @@ download): a 60 x 80 low-rank-plus-noise rating matrix, ratings rounded to 1..5,
 (``fc.datasets.synthetic_ratings``).  ``--data DIR`` reads a MovieLens folder
 that you downloaded yourself from GroupLens (``u.data`` + ``u.user`` for 100K,
 ``ratings.dat`` + ``users.dat`` for 1M) with the paper's 80/10/10 split
-(``fc.datasets.movielens``); fullcomp never ships MovieLens files.
+(``fullcomp_lab.datasets.movielens``, from the lab package of this repository); fullcomp never
+ships MovieLens files.
 
     fullcomp run examples/worst_group_completion.py --seconds 60 --out runs/demo
     fullcomp run examples/worst_group_completion.py --method hmsfw-i --seconds 120 -- --data ~/ml-100k --objective cvar
@@ -113,7 +114,9 @@ def options(args: list[str] | None) -> argparse.Namespace:
 
 def load(ns: argparse.Namespace) -> fc.datasets.RatingData:
     if ns.data:
-        return fc.datasets.movielens(ns.data)
+        from fullcomp_lab.datasets import movielens  # the paper's reader; synthetic data need no lab
+
+        return movielens(ns.data)
     n_ratings = max(int(ns.density * ns.users * ns.items), 1)
     return fc.datasets.synthetic_ratings(shape=(ns.users, ns.items), n_ratings=n_ratings, seed=0)
 

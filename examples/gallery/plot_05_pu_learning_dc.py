@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import fullcomp as fc
+from fullcomp_lab.datasets import digits
 from fullcomp_lab.datasets.pu import accuracy, pu_problem, pu_risk, pu_split
 
 matplotlib.use("Agg")  # headless: figures are only written to PNG files
@@ -36,7 +37,7 @@ def main():
     parser.add_argument("--out", default="runs/gallery")
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
-    data = pu_split(fc.datasets.digits(), split_seed=0)
+    data = pu_split(digits(), split_seed=0)
     problem = pu_problem(data, ridge=RIDGE)
     print(data)
 

@@ -41,9 +41,10 @@ def reference_scales(completion: Completion, seeds: Iterable[int] = protocol.TUN
         generator = torch.Generator().manual_seed(int(seed))
         value, jac = model.sample(x0, 0, problem.sample(generator))
         jac = dense(jac)
-        g = risk_weights(problem, value)
+        # F depends on the losses alone, so J~^T g is the whole subgradient direction (no x part).
+        g = torch.as_tensor(risk_weights(problem, value), dtype=jac.dtype)
         jac_norms.append(float(torch.linalg.norm(jac)))
-        dir_norms.append(float(torch.linalg.vector_norm(model.entries.chain_rule(jac, g))))
+        dir_norms.append(float(torch.linalg.vector_norm(model.entries.adjoint(jac, g))))
     diameter = float(problem.domain.diameter)
     direction = float(np.mean(dir_norms))
     return {
