@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from fullcomp.cli import main
+from fullcomp_lab.cli import main
 from fullcomp_lab import groupdro
 from fullcomp_lab.groupdro.data import LABEL_NOISE, find_mnist5k
 

@@ -3,7 +3,7 @@ that match the committed reference copies in ``lab/tests/data/harness/`` byte fo
 (optimizer seconds per update, wall seconds per run), which are masked in both the CSV and the Markdown.
 
 Regenerate the references (only when a change of results is intended) with
-``FULLCOMP_REGEN_HARNESS=1 python -m pytest -q tests/test_harness.py``.
+``FULLCOMP_REGEN_HARNESS=1 python -m pytest -q lab/tests/test_harness.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from test_protocol import BATCH as MOVIELENS_BATCH
 from test_protocol import SYNTHETIC, tiny_config
 from test_pu import TINY_CONFIG as PU_CONFIG
 
-from fullcomp import cli
+from fullcomp_lab import cli
 from fullcomp_lab import movielens as protocol
 from fullcomp_lab import pauc, pu
 

@@ -11,7 +11,7 @@ import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
-from fullcomp.cli import main
+from fullcomp_lab.cli import main
 from fullcomp.errors import DataError, ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp_lab import pauc

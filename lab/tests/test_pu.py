@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fullcomp as fc
-from fullcomp import cli
+from fullcomp_lab import cli
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.errors import DataError, ModelError, OptionError
 from fullcomp_lab import pu
