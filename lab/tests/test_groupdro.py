@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from fullcomp_lab.cli import main
 from fullcomp_lab import groupdro
+from fullcomp_lab.cli import main
 from fullcomp_lab.groupdro.data import LABEL_NOISE, find_mnist5k
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"

@@ -24,9 +24,8 @@ from test_protocol import BATCH as MOVIELENS_BATCH
 from test_protocol import SYNTHETIC, tiny_config
 from test_pu import TINY_CONFIG as PU_CONFIG
 
-from fullcomp_lab import cli
+from fullcomp_lab import cli, pauc, pu
 from fullcomp_lab import movielens as protocol
-from fullcomp_lab import pauc, pu
 
 REFERENCE = Path(__file__).parent / "data" / "harness"
 REGENERATE = os.environ.get("FULLCOMP_REGEN_HARNESS") == "1"

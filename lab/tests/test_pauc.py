@@ -11,10 +11,10 @@ import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
-from fullcomp_lab.cli import main
 from fullcomp.errors import DataError, ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp_lab import pauc
+from fullcomp_lab.cli import main
 from fullcomp_lab.datasets.celeba import CelebA
 from fullcomp_lab.datasets.tabular import Split, TabularData, adult, german_credit
 from fullcomp_lab.metrics import (

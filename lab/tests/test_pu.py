@@ -13,10 +13,9 @@ import pytest
 import torch
 
 import fullcomp as fc
-from fullcomp_lab import cli
 from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.errors import DataError, ModelError, OptionError
-from fullcomp_lab import pu
+from fullcomp_lab import cli, pu
 from fullcomp_lab.datasets import images
 from fullcomp_lab.datasets.pu import pu_problem, pu_risk, pu_split
 
