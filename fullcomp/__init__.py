@@ -102,3 +102,16 @@ __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "Lp
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]
 __all__ += ["LoaderSampler"]
 __all__ += ["layer_domains", "make_feasible", "init_norms"]
+
+#: Modules of the papers' protocols, which the fullcomp-lab package of this repository holds (``lab/``).
+_LAB_MODULES = {"noise": "fullcomp_lab.noise", "metrics": "fullcomp_lab.metrics", "experiments": "fullcomp_lab"}
+
+
+def __getattr__(name: str):
+    # A protocol module asked of the library gets an error that names where it is, not a bare "no attribute".
+    if name in _LAB_MODULES:
+        raise AttributeError(
+            f"fullcomp.{name} is not part of the library: import {_LAB_MODULES[name]} from the fullcomp-lab package "
+            "(pip install -e ./lab from a clone of the repository)"
+        )
+    raise AttributeError(f"module 'fullcomp' has no attribute {name!r}")

@@ -191,44 +191,6 @@ def find_runs(folder: str | os.PathLike, on_skip: SkipHandler | None = None) -> 
     return runs
 
 
-def protocol_runs(
-    folder: str | os.PathLike, protocol: str, writer: str, on_skip: SkipHandler | None = None
-) -> list[tuple[Path, dict, History]]:
-    """(folder, summary, history) of every run under ``folder`` whose summary.json says ``"protocol": protocol``.
-
-    ``writer`` names what writes such runs (e.g. ``"fullcomp bench movielens"``), for the error messages.
-    Folders that cannot be read are left out and reported to ``on_skip`` as in :func:`find_runs`.
-    """
-    on_skip = warn_skipped if on_skip is None else on_skip
-    root = Path(folder)
-    if not root.is_dir():
-        raise OptionError(f"{root}: {missing_folder(root)}; pass the --out folder of `{writer}`")
-    runs = []
-    for path in sorted(root.rglob("summary.json")):
-        history_path = path.with_name("history.csv")
-        try:
-            summary = read_summary(path)
-            if summary.get("protocol") != protocol or not history_path.is_file():
-                continue
-            history = read_history(history_path)
-        except CorruptRun as exc:
-            on_skip(path.parent, str(exc))
-            continue
-        runs.append((path.parent, summary, history))
-    if not runs:
-        raise OptionError(f"no {protocol} runs under {root}; `{writer}` writes them")
-    return runs
-
-
-def mean_sd(values: Any) -> tuple[float, float]:
-    """Mean and sample SD (ddof 1, as the papers report) of the finite values; SD is NaN for one value."""
-    a = np.asarray(values, dtype=float)
-    a = a[np.isfinite(a)]
-    if a.size == 0:
-        return math.nan, math.nan
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan
-
-
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.6g}"

@@ -180,3 +180,12 @@ def test_the_library_folders_import_each_other_without_a_loop() -> None:
 def test_the_cycle_finder_finds_a_loop() -> None:
     assert _cycle({"a": {"b": ["x"]}, "b": {"c": ["y"]}, "c": {"a": ["z"]}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b": ["x"]}, "b": {}}) == []
+
+
+@pytest.mark.parametrize("name, where", [("noise", "fullcomp_lab.noise"), ("metrics", "fullcomp_lab.metrics")])
+def test_a_lab_module_asked_of_the_library_names_the_lab(name: str, where: str) -> None:
+    import fullcomp as fc
+
+    with pytest.raises(AttributeError, match=rf"fullcomp\.{name} is not part of the library: import {where}"):
+        getattr(fc, name)
+    assert not hasattr(fc, "no_such_name")

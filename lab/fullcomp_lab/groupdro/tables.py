@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.report import mean_sd, protocol_runs
 from fullcomp_lab import harness
 from fullcomp_lab.groupdro.config import DATASETS, METHODS, PROTOCOL
+from fullcomp_lab.harness import mean_sd, protocol_runs
 
 #: (key, title, higher is better, decimals) of the main table, all on the test split at the epoch of best
 #: validation worst-group accuracy, then the same at the last epoch, then the cost.

@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fullcomp import report
+from fullcomp.errors import OptionError
 from fullcomp.run import History, write_atomic
 
 
@@ -149,3 +153,44 @@ def cell(mean: float, sd: float, digits: int, bold: bool = False) -> str:
         return "diverged"
     text = f"{mean:.{digits}f}" if math.isnan(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}"
     return f"**{text}**" if bold else text
+
+
+# ---- the run folders of one protocol ----
+
+
+def protocol_runs(
+    folder: str | os.PathLike, protocol: str, writer: str, on_skip: report.SkipHandler | None = None
+) -> list[tuple[Path, dict, History]]:
+    """(folder, summary, history) of every run under ``folder`` whose summary.json says ``"protocol": protocol``.
+
+    ``writer`` names what writes such runs (e.g. ``"fullcomp-lab bench movielens"``), for the error messages.
+    Folders that cannot be read are left out and reported to ``on_skip`` as in :func:`find_runs`.
+    """
+    on_skip = report.warn_skipped if on_skip is None else on_skip
+    root = Path(folder)
+    if not root.is_dir():
+        raise OptionError(f"{root}: {report.missing_folder(root)}; pass the --out folder of `{writer}`")
+    runs = []
+    for path in sorted(root.rglob("summary.json")):
+        history_path = path.with_name("history.csv")
+        try:
+            summary = report.read_summary(path)
+            if summary.get("protocol") != protocol or not history_path.is_file():
+                continue
+            history = report.read_history(history_path)
+        except report.CorruptRun as exc:
+            on_skip(path.parent, str(exc))
+            continue
+        runs.append((path.parent, summary, history))
+    if not runs:
+        raise OptionError(f"no {protocol} runs under {root}; `{writer}` writes them")
+    return runs
+
+
+def mean_sd(values: Any) -> tuple[float, float]:
+    """Mean and sample SD (ddof 1, as the papers report) of the finite values; SD is NaN for one value."""
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return math.nan, math.nan
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else math.nan

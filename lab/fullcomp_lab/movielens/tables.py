@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.report import mean_sd, protocol_runs
 from fullcomp.run import History
 from fullcomp_lab import harness
 from fullcomp_lab.completion import OBJECTIVES
+from fullcomp_lab.harness import mean_sd, protocol_runs
 from fullcomp_lab.movielens.config import METHODS, OBJECTIVE_LABELS, PROTOCOL
 
 # ---------------------------------------------------------------------------------------------- tables

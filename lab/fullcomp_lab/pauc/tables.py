@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.report import mean_sd, protocol_runs
 from fullcomp_lab import harness
+from fullcomp_lab.harness import mean_sd, protocol_runs
 from fullcomp_lab.pauc.config import METHODS, PROTOCOL
 
 # ---------------------------------------------------------------------------------------------- tables

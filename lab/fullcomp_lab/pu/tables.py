@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.report import protocol_runs
 from fullcomp.run import History
 from fullcomp_lab import harness
+from fullcomp_lab.harness import protocol_runs
 from fullcomp_lab.pu.config import METHODS, PROTOCOL
 
 # ------------------------------------------------------------------------------------------ tables, plots
