@@ -1,4 +1,12 @@
-"""The papers' experiments as reusable protocols."""
+"""fullcomp-lab: the papers' experiments as reusable protocols, on the fullcomp library's public names.
+
+The protocols (:mod:`fullcomp_lab.movielens`, :mod:`fullcomp_lab.pu`, :mod:`fullcomp_lab.pauc`,
+:mod:`fullcomp_lab.groupdro`) share one harness (:mod:`fullcomp_lab.harness`) and their tuned settings
+(``configs/*.json``); :mod:`fullcomp_lab.datasets` reads the papers' data, :mod:`fullcomp_lab.metrics`
+holds the pAUC-fairness metrics and :mod:`fullcomp_lab.noise` the heavy-tailed oracle noise of the theory
+checks.  ``fullcomp-lab bench EXPERIMENT`` (or ``python -m fullcomp_lab bench EXPERIMENT``) runs a protocol.
+This package lives in ``lab/`` of the fullcomp repository and is not part of the ``fullcomp`` wheel.
+"""
 
 from fullcomp_lab.completion import Completion, completion_problem, sharded_completion_problem
 

@@ -38,7 +38,7 @@ size eta moves it by eta times its own bracket: LibAUC's steps on them.
 x: SOPA-s and SOTA-s keep moving averages of g_i (and of the outer mean) and step w at those, STACO
 steps y first and then x at the new y.  Its step on w is ``fc.sopa``'s (Adam, momentum, clipping,
 weight and epoch decay).  Fed the same batches it follows LibAUC step for step (see
-tests/test_libauc_parity.py), up to the differences its docstring lists.
+lab/tests/test_libauc_parity.py), up to the differences its docstring lists.
 """
 
 from __future__ import annotations
