@@ -6,9 +6,9 @@ Everything after the first ``--`` is handed to the command as it is (for
 closest known option.
 
 Each subcommand is a ``(configure, handler)`` pair registered in
-:data:`COMMANDS`, so a new subcommand plugs in without touching the others
-(the ``fullcomp-lab`` command of this repository reuses them for ``bench``).
-Handlers return an exit code; library errors
+:data:`COMMANDS`, so a new subcommand plugs in without touching the others;
+another command can reuse a pair (``fullcomp-lab report`` extends
+:func:`report_command`).  Handlers return an exit code; library errors
 (:class:`fullcomp.errors.FullcompError`) become one ``fullcomp <cmd>: error:``
 line and exit code 1, option errors are argparse's (exit code 2).
 """
