@@ -8,7 +8,7 @@ X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x), and
 
 from fullcomp import datasets, distributed, errors, metrics, noise, optim
 from fullcomp.algorithms import hmsfw, scfw
-from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
+from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.fw import fw
 from fullcomp.algorithms.linasa import linasa_icg
 from fullcomp.algorithms.method import Method, Plan, describe, methods, register, solve
@@ -41,6 +41,7 @@ from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.run import Checkpoint, History, Result
 from fullcomp.run.allocator import tune as tune_allocator
 from fullcomp.schedules import Schedule
+from fullcomp.steps import StepDecay
 from fullcomp.sets import (
     Birkhoff,
     Box,

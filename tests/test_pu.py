@@ -14,7 +14,8 @@ import torch
 
 import fullcomp as fc
 from fullcomp import cli
-from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
+from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
+from fullcomp.steps import StepDecay
 from fullcomp.datasets import images
 from fullcomp.datasets.pu import pu_problem, pu_risk, pu_split
 from fullcomp.errors import DataError, ModelError, OptionError
@@ -244,8 +245,8 @@ def test_dc_results_report_the_exact_objective_and_the_decay(digits_pu) -> None:
     result = dc_sgd(problem, eta=0.1, iters=20, decay=StepDecay((10,)))
     assert result.history[-1]["objective"] == pytest.approx(pu_risk(digits_pu, result.x, ridge=0.01), rel=1e-5)
     assert [row["lr"] for row in result.history.rows[8:12]] == pytest.approx([0.1, 0.1, 0.01, 0.01])
-    assert StepDecay((3, 6))(2) == 1 and StepDecay((3, 6))(3) == pytest.approx(0.1)
-    assert StepDecay((3, 6))(7) == pytest.approx(0.01)
+    assert StepDecay((3, 6)).step_size(2) == 1 and StepDecay((3, 6)).step_size(3) == pytest.approx(0.1)
+    assert StepDecay((3, 6)).step_size(7) == pytest.approx(0.01)
     # SBCD returns the averaged estimate of prox_{mu Phi}(w) and keeps the anchor w.
     res = sbcd(problem, eta=0.1, mu=1.0, inner_iters=5, iters=10)
     w = res.points["w"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from fullcomp.algorithms.dc import StepDecay
+from fullcomp.steps import StepDecay
 from fullcomp.datasets.pu import PUData, accuracy, pu_problem, pu_risk
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.experiments.harness import ProtocolConfig, check_seeds, emit
