@@ -41,7 +41,6 @@ from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.run import Checkpoint, History, Result
 from fullcomp.run.allocator import tune as tune_allocator
 from fullcomp.schedules import Schedule
-from fullcomp.steps import StepDecay
 from fullcomp.sets import (
     Birkhoff,
     Box,
@@ -62,6 +61,7 @@ from fullcomp.sets import (
     UnitSpectrahedron,
 )
 from fullcomp.stationarity import Stationarity, stationarity
+from fullcomp.steps import StepDecay
 
 __version__ = "0.1.0"
 

@@ -234,8 +234,7 @@ def check_params(params: Iterable[Param], given: Mapping[str, Any], method: str)
     moved = {k: RENAMED[method, k] for k in unknown if (method, k) in RENAMED}
     if moved:
         raise OptionError(
-            f"{method}: "
-            + "; ".join(f"the option {old!r} is named {new!r}: pass {new}=" for old, new in moved.items())
+            f"{method}: " + "; ".join(f"the option {old!r} is named {new!r}: pass {new}=" for old, new in moved.items())
         )
     if unknown:
         import difflib

@@ -15,11 +15,11 @@ import torch
 import fullcomp as fc
 from fullcomp import cli
 from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
-from fullcomp.steps import StepDecay
 from fullcomp.datasets import images
 from fullcomp.datasets.pu import pu_problem, pu_risk, pu_split
 from fullcomp.errors import DataError, ModelError, OptionError
 from fullcomp.experiments import pu
+from fullcomp.steps import StepDecay
 
 RNG = np.random.default_rng(0)
 

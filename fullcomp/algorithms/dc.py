@@ -425,7 +425,9 @@ def sbcd_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
 
     x0, zero = dc.x0, torch.zeros_like(dc.x0)
     state = SBCDState(x0, x0, x0, zero, zero, x0, 0)
-    return dc.plan(step, state, "out", {"eta": eta, "mu": mu, "inner_iters": inner, "envelope_step": envelope_step}, decay)
+    return dc.plan(
+        step, state, "out", {"eta": eta, "mu": mu, "inner_iters": inner, "envelope_step": envelope_step}, decay
+    )
 
 
 register(

@@ -26,7 +26,7 @@ from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.steps import DECAY, multiplier
-from fullcomp.validation import CALLABLE, NONE, REQUIRED, Options, Param, check_params, positive
+from fullcomp.validation import REQUIRED, Options, Param, check_params, positive
 
 STEPS = (
     Param("gamma", (positive(),), REQUIRED, "the Moreau envelope parameter, below 1/delta for delta-weakly convex phi"),

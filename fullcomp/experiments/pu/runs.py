@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 
-from fullcomp.steps import StepDecay
 from fullcomp.datasets.pu import PUData, accuracy, pu_problem, pu_risk
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.experiments.harness import ProtocolConfig, check_seeds, emit
@@ -28,6 +27,7 @@ from fullcomp.experiments.pu.config import (
     method_names,
 )
 from fullcomp.run import Result
+from fullcomp.steps import StepDecay
 
 # ------------------------------------------------------------------------------------------------- runs
 
