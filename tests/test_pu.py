@@ -219,10 +219,10 @@ def test_pu_risk_equals_a_direct_numpy_computation(digits_pu) -> None:
 
 SETTINGS = {
     "sgd": {"eta": 0.1},
-    "sdca": {"eta": 0.1, "outer": 0.9, "inner_iters": 5},
+    "sdca": {"eta": 0.1, "anchor_step": 0.9, "inner_iters": 5},
     "ssdc-spg": {"eta": 1.0, "gamma": 1.0, "inner_iters": 2},
     "ssdc-adagrad": {"eta": 0.1, "gamma": 1.0, "inner_iters": 2},
-    "sbcd": {"eta": 0.1, "mu": 1.0, "inner_iters": 5, "outer": 1.0},
+    "sbcd": {"eta": 0.1, "mu": 1.0, "inner_iters": 5, "envelope_step": 1.0},
     "smag": {"eta1": 0.1, "eta0": 0.5, "gamma": 1.0},
 }
 
@@ -257,8 +257,8 @@ def test_dc_methods_reject_bad_options(digits_pu) -> None:
     problem = pu_problem(digits_pu)
     with pytest.raises(OptionError, match=r"eta must be a number in \(0, inf\)"):
         dc_sgd(problem, eta=-1.0, iters=2)
-    with pytest.raises(OptionError, match=r"outer must be a number in \(0, 1\]"):
-        sdca(problem, eta=0.1, outer=1.5, inner_iters=2, iters=2)
+    with pytest.raises(OptionError, match=r"anchor_step must be a number in \(0, 1\]"):
+        sdca(problem, eta=0.1, anchor_step=1.5, inner_iters=2, iters=2)
     with pytest.raises(OptionError, match=r"inner_iters must be an int in \[1, inf\)"):
         ssdc_spg(problem, eta=0.1, gamma=1.0, inner_iters=0, iters=2)
     with pytest.raises(OptionError, match=r"G must be a number in \[0, inf\)"):
@@ -284,7 +284,7 @@ def test_dc_baselines_apply_to_any_dc_problem() -> None:
     problem = fc.DMaxProblem(phi, psi, x0=torch.zeros(3), sampler=lambda g: target, full_batch=target)
     for fn, opts in [
         (dc_sgd, {"eta": 0.1}),
-        (sdca, {"eta": 0.1, "outer": 0.9, "inner_iters": 5}),
+        (sdca, {"eta": 0.1, "anchor_step": 0.9, "inner_iters": 5}),
         (ssdc_spg, {"eta": 0.5, "gamma": 1.0, "inner_iters": 5}),
         (ssdc_adagrad, {"eta": 0.5, "gamma": 1.0, "inner_iters": 5}),
         (sbcd, {"eta": 0.1, "mu": 1.0, "inner_iters": 5}),
