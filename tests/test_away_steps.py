@@ -213,7 +213,9 @@ def test_an_interrupted_away_step_run_resumes_exactly(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fc.solve(problem, "fw", corrective="blended-pairwise", iters=12, checkpoint=ckpt, callback=interrupt, progress=False)
+        fc.solve(
+            problem, "fw", corrective="blended-pairwise", iters=12, checkpoint=ckpt, callback=interrupt, progress=False
+        )
     resumed = fc.solve(problem, "fw", corrective="blended-pairwise", iters=12, checkpoint=ckpt, progress=False)
     assert resumed.info["resumed_from"] == 7
     drop_time = [{k: v for k, v in row.items() if k != "time"} for row in resumed.history]

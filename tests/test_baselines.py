@@ -435,26 +435,6 @@ def test_a_renamed_option_is_an_error_naming_the_new_name(method, old, new, requ
         fc.solve(problem, method, iters=1, progress=False, **required, **{old: 0.5})
 
 
-def test_step_size_rules_share_one_verb():
-    """Every rule of fullcomp.steps answers step_size(k, line); the line searches read phi along the step."""
-    from fullcomp import steps
-
-    assert steps.rule("constant", 0.3).step_size(8) == 0.3 and steps.rule("sqrt", 0.3).step_size(8) == pytest.approx(0.1)
-    assert steps.StepDecay((3, 6)).step_size(5) == pytest.approx(0.1)
-    assert steps.multiplier(None, 4) == 1.0 and steps.multiplier(lambda k: 0.5, 4) == 0.5
-    assert fc.Schedule.paper().step_size(2) == 0.5 and steps.shift(0.5) == 2.0
-    quadratic = steps.Line(lambda t: (1 - t) ** 2, value=1.0, decrease=2.0, norm2=1.0, gamma_max=1.0)
-    assert steps.ShortStep(2.0).step_size(0, quadratic) == 1.0 and quadratic.L == 2.0
-    quadratic.L = None
-    gamma = steps.Adaptive(2.0**-52).step_size(0, quadratic)  # tries 0.9 of the first estimate 2, then doubles
-    assert gamma == pytest.approx(2 / 3.6) and quadratic.L == pytest.approx(3.6)
-    assert steps.Halving().step_size(0, steps.Line(lambda t: (t - 0.25) ** 2, value=1.0)) == 0.25
-    for rule in (steps.ShortStep(1.0), steps.Adaptive(1e-16), steps.Halving()):
-        assert isinstance(rule, steps.StepSize)
-        with pytest.raises(OptionError, match="line search"):
-            rule.step_size(0)
-
-
 def test_options_that_need_max_type_outer_are_refused_for_cvar():
     problem = softplus_problem(lambda u: fc.cvar(u, 0.5), fc.L1Ball(D, 2.0))
     with pytest.raises(OptionError, match="inner='dual'"):
