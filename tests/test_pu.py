@@ -263,7 +263,7 @@ def test_dc_methods_reject_bad_options(digits_pu) -> None:
         ssdc_spg(problem, eta=0.1, gamma=1.0, inner_iters=0, iters=2)
     with pytest.raises(OptionError, match=r"G must be a number in \[0, inf\)"):
         ssdc_adagrad(problem, eta=0.1, gamma=1.0, inner_iters=2, G=-1.0, iters=2)
-    with pytest.raises(OptionError, match="decay must be a callable"):
+    with pytest.raises(OptionError, match="decay must be a step-size rule"):
         dc_sgd(problem, eta=0.1, iters=2, decay=0.1)
     minmax = fc.DMaxProblem(lambda x, y, b: x @ x - y @ y, lambda x, b: x.sum(), x0=torch.zeros(2), y0=torch.zeros(2))
     with pytest.raises(ModelError, match="without y0/z0"):
