@@ -165,23 +165,22 @@ class FrankWolfe:
     the GLMO on the linearized model), and the step size from the line search's rule."""
 
     def __init__(self, problem: CompositeProblem, hp: dict, run: RunOptions, smooth: bool):
-        self.outer, self.domain, self.shape, self.corrective = (
-            problem.outer,
-            problem.domain,
-            problem.domain.shape,
-            hp["corrective"],
-        )
-        self.device, self.dtype, self.batch = run.device, run.dtype, problem.full_batch
+        self.problem, self.outer, self.domain, self.shape = problem, problem.outer, problem.domain, problem.domain.shape
+        self.corrective, self.batch = hp["corrective"], problem.full_batch
+        self.device, self.dtype = run.device, run.dtype
         self.entries = EntryMap(problem, run.device)
         self.rule = ShortStep(hp["L"]) if hp["line_search"] == "short" else Adaptive(torch.finfo(run.dtype).eps)
         self.solver = self.oracle = None
         self.scale = 1.0  # the GLMO's tolerance is relative to |phi(x0)|, as hmsfw's
         if not smooth:
             self.solver = build_glmo(self.outer, self.domain, device=run.device)
-            reads = self.entries.read
-            at = lambda x, b: problem.inner(reads(x).reshape(self.entries.shape), b)  # noqa: E731
-            self.oracle = InnerOracle(at, self.outer.n, (self.domain.size,), run.device, run.dtype)
-            self.scale = abs(self.phi(self.tensor(np.asarray(problem.x0).reshape(-1)), "at x0")) or 1.0
+            self.oracle = InnerOracle(self.inner, self.outer.n, (self.domain.size,), run.device, run.dtype)
+            x0 = np.asarray(problem.x0, dtype=np.float64).reshape(-1)
+            self.scale = abs(self.phi(self.tensor(x0), "at x0")) or 1.0
+
+    def inner(self, x: torch.Tensor, batch: Any) -> torch.Tensor:
+        """f~ at a flat point, given the values it reads in the shape it reads them (the GLMO's oracle's map)."""
+        return self.problem.inner(self.entries.read(x).reshape(self.entries.shape), batch)
 
     def tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(a, dtype=self.dtype, device=self.device)
@@ -207,11 +206,13 @@ class FrankWolfe:
     def lmo(self, g: np.ndarray) -> np.ndarray:
         return np.asarray(self.domain.lmo_unchecked(g.reshape(self.shape)), dtype=np.float64).reshape(-1)
 
-    def step_size(self, state: FWState, phi_x: float, d: np.ndarray, decrease: float, gamma_max: float, k: int):
+    def step_size(
+        self, state: FWState, phi_x: float, d: np.ndarray, decrease: float, gamma_max: float, k: int
+    ) -> tuple[float, float | None]:
         """(gamma, L): the rule's step along d in [0, gamma_max] and the smoothness estimate it leaves."""
         x, move = state.x, self.tensor(d)
-        line = Line(lambda gamma: self.phi(x + gamma * move, f"in the line search at iteration {k}"), phi_x)
-        line.decrease, line.norm2, line.gamma_max, line.L = decrease, float(d @ d), gamma_max, state.L
+        phi = lambda gamma: self.phi(x + gamma * move, f"in the line search at iteration {k}")  # noqa: E731
+        line = Line(phi, phi_x, decrease, float(d @ d), gamma_max, state.L)
         return self.rule.step_size(k, line), line.L
 
     def direction(self, S: AtomicForm, x: np.ndarray, v: np.ndarray, g: np.ndarray) -> tuple:
@@ -298,9 +299,8 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     # On a polytope the active set starts as x0, an atom of its own.
     state = FWState(fw.tensor(x0), hp["L"], AtomicForm.vertex(x0) if smooth and problem.domain.polytope else None)
     step = fw.glmo_step if not smooth else fw.corrective_step if state.active is not None else fw.gradient_step
-    info = {"corrective": hp["corrective"], "line_search": hp["line_search"], "direction": "glmo"}
-    if smooth:
-        info["direction"] = "gradient"
+    direction = "gradient" if smooth else "glmo"
+    info = {"corrective": hp["corrective"], "line_search": hp["line_search"], "direction": direction}
     if fw.solver is not None:
         info["glmo_route"] = fw.solver.route
     return Plan(
