@@ -12,7 +12,7 @@ rule                      step size at iteration k                             u
 :class:`InverseSqrt`      eta / sqrt(k + 1)                                    ``psg(step_size="sqrt")``
 :class:`StepDecay`        factor ** (milestones passed): a learning-rate       ``decay=`` of smag and the DC
                           multiplier                                           baselines
-``fc.Schedule``           gamma_k of the HMSFW schedule                        hmsfw, psg, prox-linear, ...
+``fc.Schedule``           gamma_k of the HMSFW schedule                        hmsfw and its presets
 :class:`ShortStep`        min(gamma_max, <-g, d> / (L ||d||^2)), L known       ``fw(line_search="short")``
 :class:`Adaptive`         the short step, L raised until phi decreases as an   ``fw(line_search="adaptive")``
                           L-smooth function would (Pedregosa et al. 2020)
