@@ -8,7 +8,7 @@ X as a fullcomp set; ``fc.hmsfw`` solves min_{x in X} F(f(x), x), and
 
 from fullcomp import datasets, distributed, errors, optim
 from fullcomp.algorithms import hmsfw, scfw
-from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
+from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.fw import fw
 from fullcomp.algorithms.linasa import linasa_icg
 from fullcomp.algorithms.method import Method, Plan, describe, methods, register, solve
@@ -61,6 +61,7 @@ from fullcomp.sets import (
     UnitSpectrahedron,
 )
 from fullcomp.stationarity import Stationarity, stationarity
+from fullcomp.steps import StepDecay
 
 __version__ = "0.1.0"
 

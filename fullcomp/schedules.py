@@ -337,6 +337,10 @@ class Schedule:
                     f"Schedule {name} must be a number in (0, 1] or a function k -> weight, got {value!r}"
                 )
 
+    def step_size(self, k: Any, line: Any = None) -> float:
+        """gamma_k: the schedule as a step-size rule (:mod:`fullcomp.steps`)."""
+        return self.at(k)[0]
+
     def at(self, k: int) -> tuple[float, float, float]:
         """(gamma_k, beta_{k+1}, rho_{k+1}), checked to lie in (0, 1]."""
         gamma, beta, rho = values = (float(self.gamma(k)), float(self.beta(k + 1)), float(self.rho(k + 1)))

@@ -31,7 +31,7 @@ CASES = {
     "linasa-icg": (composite, {"icg_steps": 3}),
     "smag": (minimax, {"gamma": 0.5, "eta0": 0.1, "eta1": 0.1}),
     "sgd": (dc, {"eta": 0.05}),
-    "sdca": (dc, {"eta": 0.05, "outer": 0.9, "inner_iters": 3}),
+    "sdca": (dc, {"eta": 0.05, "anchor_step": 0.9, "inner_iters": 3}),
     "ssdc-spg": (dc, {"eta": 0.2, "gamma": 1.0, "inner_iters": 3}),
     "ssdc-adagrad": (dc, {"eta": 0.2, "gamma": 1.0, "inner_iters": 3}),
     "sbcd": (dc, {"eta": 0.05, "mu": 1.0, "inner_iters": 3}),
@@ -39,7 +39,7 @@ CASES = {
     "epoch-gda": (minimax, {"eta_x": 0.05, "eta_y": 0.05, "gamma": 0.1}),
     "sopa": (minimax, {"eta": 0.05, "eta_s": 0.05}),
     # F = cp.max is not differentiable: the vanilla step, towards the GLMO's point (away steps need a smooth F).
-    "fw": (composite, {"step": "vanilla"}),
+    "fw": (composite, {"corrective": "vanilla"}),
 }
 
 

@@ -54,7 +54,7 @@ def errors(result, phi_star: float) -> np.ndarray:
 def test_away_and_pairwise_steps_converge_linearly(face, step):
     problem, x_star, x_cvxpy = face
     phi_star = problem.objective(x_star)
-    result = fc.solve(problem, "fw", step=step, iters=80, progress=False)
+    result = fc.solve(problem, "fw", corrective=step, iters=80, progress=False)
     error, gap = errors(result, phi_star), result.history.column("gap")[:-1]
     assert error.min() >= -1e-13  # phi ~ 16: its rounding
     assert np.argmax(error < 1e-8) <= 40 and (error < 1e-8).any()  # measured: 32, 20 and 23 iterations
@@ -81,7 +81,7 @@ def test_away_and_pairwise_steps_converge_linearly(face, step):
 def test_vanilla_frank_wolfe_zig_zags_at_the_sublinear_rate(face):
     problem, x_star, _ = face
     phi_star = problem.objective(x_star)
-    result = fc.solve(problem, "fw", step="vanilla", iters=600, progress=False)
+    result = fc.solve(problem, "fw", corrective="vanilla", iters=600, progress=False)
     error = errors(result, phi_star)
     k = np.arange(1, len(error) + 1)
     # With the iterations the away steps need to reach 1e-8, vanilla Frank-Wolfe is still above 1e-2 ...
@@ -98,7 +98,7 @@ def test_vanilla_frank_wolfe_zig_zags_at_the_sublinear_rate(face):
 
 def test_gap_tol_stops_with_the_converged_status(face):
     problem, x_star, _ = face
-    result = fc.solve(problem, "fw", step="blended-pairwise", gap_tol=1e-6, iters=500, progress=False)
+    result = fc.solve(problem, "fw", corrective="blended-pairwise", gap_tol=1e-6, iters=500, progress=False)
     assert result.status == "converged"
     assert result.history[-2]["gap"] <= 1e-6 and result.info["iterations"] < 60
     assert result.history[-1]["gap"] <= 1e-6  # the closing row's gap, at the final point
@@ -108,7 +108,7 @@ def test_gap_tol_stops_with_the_converged_status(face):
 def test_short_steps_with_a_known_L_converge_linearly(face):
     problem, x_star, _ = face
     # phi = ||A x - b||^2 has L = 2 sigma_max(A)^2 = 8.
-    result = fc.solve(problem, "fw", step="away", line_search="short", L=8.0, iters=300, progress=False)
+    result = fc.solve(problem, "fw", corrective="away", line_search="short", L=8.0, iters=300, progress=False)
     error = errors(result, problem.objective(x_star))
     assert error[-1] < 1e-10 and result.L == 8.0
 
@@ -127,7 +127,7 @@ def test_away_steps_from_a_vertex_on_l1_ball_and_box():
         )
         ref.solve(solver="CLARABEL")
         start = domain.lmo(np.ones(8))  # a vertex
-        result = fc.solve(problem, "fw", step="away", iters=300, x0=start, gap_tol=1e-7, progress=False)
+        result = fc.solve(problem, "fw", corrective="away", iters=300, x0=start, gap_tol=1e-7, progress=False)
         assert result.status == "converged", type(domain).__name__
         assert np.abs(result.x.numpy() - x.value).max() < 1e-6, type(domain).__name__
 
@@ -145,11 +145,11 @@ def test_a_matrix_domain_and_reads():
         return B @ x.reshape(-1)[torch.as_tensor(reads)]
 
     runs = [
-        fc.solve(fc.CompositeProblem(outer, dense_map, domain), "fw", step="pairwise", iters=200, progress=False),
+        fc.solve(fc.CompositeProblem(outer, dense_map, domain), "fw", corrective="pairwise", iters=200, progress=False),
         fc.solve(
             fc.CompositeProblem(outer, lambda v, _: B @ v, domain, reads=reads),
             "fw",
-            step="pairwise",
+            corrective="pairwise",
             iters=200,
             progress=False,
         ),
@@ -170,9 +170,9 @@ def test_nonsmooth_F_runs_vanilla_on_the_glmo_and_refuses_away_steps():
     A = torch.randn(4, 10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     u = fc.inner_value(4)
     problem = fc.CompositeProblem(cp.max(u), lambda x, _: torch.nn.functional.softplus(A @ x - 0.5), fc.L1Ball(10, 2.0))
-    with pytest.raises(OptionError, match="step='vanilla'"):
-        fc.solve(problem, "fw", iters=2, progress=False)  # step="away" is the default
-    result = fc.solve(problem, "fw", step="vanilla", iters=150, progress=False)
+    with pytest.raises(OptionError, match="corrective='vanilla'"):
+        fc.solve(problem, "fw", iters=2, progress=False)  # corrective="away" is the default
+    result = fc.solve(problem, "fw", corrective="vanilla", iters=150, progress=False)
     x = cp.Variable(10)
     ref = cp.Problem(cp.Minimize(cp.max(cp.logistic(A.numpy() @ x - 0.5))), [cp.norm1(x) <= 2])
     ref.solve(solver="CLARABEL")
@@ -190,8 +190,8 @@ def test_refusals_name_the_fix():
         fc.solve(problem, "fw", line_search="short", iters=2, progress=False)
     ball = fc.CompositeProblem(cp.sum_squares(fc.inner_value(3)), lambda x, _: x - 1.0, fc.L2Ball(3, 1.0))
     with pytest.raises(OptionError, match="polytope"):
-        fc.solve(ball, "fw", step="pairwise", iters=2, progress=False)
-    vanilla = fc.solve(ball, "fw", step="vanilla", iters=50, progress=False)  # no active set off polytopes
+        fc.solve(ball, "fw", corrective="pairwise", iters=2, progress=False)
+    vanilla = fc.solve(ball, "fw", corrective="vanilla", iters=50, progress=False)  # no active set off polytopes
     assert torch.allclose(vanilla.x, torch.full((3,), 3**-0.5, dtype=torch.float64), atol=1e-6)
     F, inner, simplex = cp.sum_squares(fc.inner_value(3)), (lambda x, e: x - 1.0 + e), fc.Simplex(3)
     noisy = fc.CompositeProblem(F, inner, simplex, sampler=lambda g: torch.randn(3, generator=g, dtype=torch.float64))
@@ -205,7 +205,7 @@ def test_refusals_name_the_fix():
 
 def test_an_interrupted_away_step_run_resumes_exactly(tmp_path):
     problem, _, _, _ = face_problem()
-    full = fc.solve(problem, "fw", step="blended-pairwise", iters=12, progress=False)
+    full = fc.solve(problem, "fw", corrective="blended-pairwise", iters=12, progress=False)
     ckpt = fc.Checkpoint(tmp_path / "run.ckpt", every=4)
 
     def interrupt(it):
@@ -213,8 +213,10 @@ def test_an_interrupted_away_step_run_resumes_exactly(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        fc.solve(problem, "fw", step="blended-pairwise", iters=12, checkpoint=ckpt, callback=interrupt, progress=False)
-    resumed = fc.solve(problem, "fw", step="blended-pairwise", iters=12, checkpoint=ckpt, progress=False)
+        fc.solve(
+            problem, "fw", corrective="blended-pairwise", iters=12, checkpoint=ckpt, callback=interrupt, progress=False
+        )
+    resumed = fc.solve(problem, "fw", corrective="blended-pairwise", iters=12, checkpoint=ckpt, progress=False)
     assert resumed.info["resumed_from"] == 7
     drop_time = [{k: v for k, v in row.items() if k != "time"} for row in resumed.history]
     assert drop_time == [{k: v for k, v in row.items() if k != "time"} for row in full.history]
@@ -223,7 +225,7 @@ def test_an_interrupted_away_step_run_resumes_exactly(tmp_path):
 
 def test_float32_data_run_in_float32():
     problem, x_star, _, _ = face_problem(dtype=torch.float32)
-    result = fc.solve(problem, "fw", step="away", iters=60, progress=False)
+    result = fc.solve(problem, "fw", corrective="away", iters=60, progress=False)
     assert result.x.dtype == torch.float32
     assert np.abs(result.x.numpy() - x_star).max() < 1e-3
 
@@ -240,5 +242,31 @@ def test_away_steps_on_the_catalogs_polytopes_reach_cvxpys_optimum():
         x = cp.Variable(domain.shape)
         best = cp.Problem(cp.Minimize(cp.sum_squares(A @ cp.vec(x, order="C") - b)), domain.cvxpy_constraints(x))
         best.solve(solver="CLARABEL")
-        result = fc.solve(problem, "fw", step="pairwise", iters=300, gap_tol=1e-9, progress=False)
+        result = fc.solve(problem, "fw", corrective="pairwise", iters=300, gap_tol=1e-9, progress=False)
         assert result.value <= best.value + 1e-6 * max(1.0, abs(best.value)), type(domain).__name__
+
+
+def test_the_old_option_name_is_an_error_naming_corrective():
+    problem, _, _, _ = face_problem()
+    with pytest.raises(OptionError, match="'step' is named 'corrective'"):
+        fc.solve(problem, "fw", step="away", iters=2, progress=False)
+
+
+def test_the_active_set_operations_keep_the_point_and_the_weights():
+    """AtomicForm as fw's active set: each step's weights as the box writes them, atoms found again by value."""
+    from fullcomp.sets.atoms import AtomicForm
+
+    e = np.eye(3)
+    S = AtomicForm.vertex(e[0]).toward(e[1], 0.5).toward(e[2], 0.5)  # weights 1/4, 1/4, 1/2
+    assert np.allclose(S.weights(), [0.25, 0.25, 0.5]) and np.allclose(S.point(), [0.25, 0.25, 0.5])
+    assert len(S.toward(e[1].copy(), 0.5)) == 3  # a vertex met again is the same atom
+    g = np.array([3.0, 1.0, 2.0])
+    away, local, scores = S.extremes(g)
+    assert (away, local) == (0, 1) and np.allclose(scores, g)
+    moved = S.away(away, 1 / 3)  # gamma_max = w_a / (1 - w_a): the away atom's weight reaches 0
+    assert np.allclose(moved.weights(), [0.0, 1 / 3, 2 / 3]) and len(moved.pruned()) == 2
+    assert np.allclose(moved.pruned().point(), moved.point())
+    shifted = S.shift(away, e[1], 0.25)  # a pairwise step of the whole weight of a drops it
+    assert np.allclose(shifted.drop(away).weights(), [0.5, 0.5]) and len(shifted.drop(away)) == 2
+    scaled = AtomicForm(S.atoms, 2 * S.weights()).renormalized()
+    assert np.allclose(scaled.weights(), S.weights())

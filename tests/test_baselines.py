@@ -228,7 +228,7 @@ def test_psg_is_the_projected_subgradient_method_with_exact_trackers():
     np.testing.assert_allclose(res.x.numpy(), x, atol=1e-5)
 
     problem = softplus_problem(cp.max, fc.L1Ball(D, 2.0), scale=0.0)
-    res = fc.psg(problem, iters=15, eta=0.1, step="sqrt", schedule="exact", progress=False)
+    res = fc.psg(problem, iters=15, eta=0.1, step_size="sqrt", schedule="exact", progress=False)
     x = np.zeros(D)
     for k in range(15):
         f, J = exact_jacobian(x)
@@ -397,7 +397,7 @@ def test_declared_reads_give_the_dense_iterates(method):
     [
         ("psg", {"eta": 0.0}, "eta"),
         ("psg", {"eta": -1.0}, "eta"),
-        ("psg", {"eta": 0.1, "step": "harmonic"}, "step"),
+        ("psg", {"eta": 0.1, "step_size": "harmonic"}, "step_size"),
         ("prox_linear", {"M": 0.0}, "M"),
         ("prox_linear", {"M": -2.0}, "M"),
         ("prox_linear", {"inner_iters": 0}, "inner_iters"),
@@ -416,6 +416,23 @@ def test_bad_options_name_the_option(method, options, name):
     problem = softplus_problem(cp.max, fc.L1Ball(D, 2.0))
     with pytest.raises(OptionError, match=rf"\b{name}\b"):
         METHODS[method](problem, iters=2, progress=False, **options)
+
+
+@pytest.mark.parametrize(
+    "method, old, new, required",
+    [
+        ("psg", "step", "step_size", {}),
+        ("fw", "step", "corrective", {}),
+        ("sdca", "outer", "anchor_step", {"eta": 0.05, "inner_iters": 3}),
+        ("sbcd", "outer", "envelope_step", {"eta": 0.05, "mu": 1.0, "inner_iters": 3}),
+    ],
+)
+def test_a_renamed_option_is_an_error_naming_the_new_name(method, old, new, required):
+    from contract_cases import CASES
+
+    problem = CASES[method][0]()
+    with pytest.raises(OptionError, match=rf"'{old}' is named '{new}'"):
+        fc.solve(problem, method, iters=1, progress=False, **required, **{old: 0.5})
 
 
 def test_options_that_need_max_type_outer_are_refused_for_cvar():

@@ -100,7 +100,7 @@ def trajectory(problem: fc.CompositeProblem, method: str, **options) -> tuple[li
 CASES = {
     "hmsfw": ("l2", "max", {}),
     "psg": ("l1", "max", {}),
-    "fw": ("l1", "lse", {"step": "vanilla"}),  # a Product is not flagged a polytope: no away steps
+    "fw": ("l1", "lse", {"corrective": "vanilla"}),  # a Product is not flagged a polytope: no away steps
 }
 
 

@@ -217,7 +217,7 @@ def test_9_fullcomp_run_reaches_every_method_and_rejects_typos(tmp_path, capsys)
     script.write_text(SCRIPT)
     for method, settings in (
         ("smag", ["gamma=0.5", "eta0=0.1", "eta1=0.1"]),
-        ("sdca", ["eta=0.1", "outer=0.5", "inner_iters=2"]),
+        ("sdca", ["eta=0.1", "anchor_step=0.5", "inner_iters=2"]),
     ):
         out = tmp_path / method
         argv = ["run", str(script), "--method", method, "--iters", "4", "--no-progress", "--out", str(out)]

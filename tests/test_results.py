@@ -13,7 +13,7 @@ from fullcomp import report
 @pytest.mark.parametrize("method", ["hmsfw", "psg", "fw"])
 def test_value_is_the_true_objective_at_the_returned_point(method):
     problem = composite()
-    options = {"step": "vanilla"} if method == "fw" else {}
+    options = {"corrective": "vanilla"} if method == "fw" else {}
     result = fc.solve(problem, method, iters=5, progress=False, **options)
     assert result.value == pytest.approx(problem.objective(result.x), rel=1e-12)
 
@@ -35,7 +35,7 @@ def test_report_lists_the_callbacks_metrics_and_not_a_methods_own_columns(tmp_pa
 
 @pytest.mark.parametrize(
     "method, options, measure",
-    [("hmsfw-exact", {}, "gap_estimate"), ("prox-linear", {}, "move"), ("fw", {"step": "vanilla"}, "gap")],
+    [("hmsfw-exact", {}, "gap_estimate"), ("prox-linear", {}, "move"), ("fw", {"corrective": "vanilla"}, "gap")],
 )
 def test_gap_tol_stops_every_method_that_has_a_measure(method, options, measure):
     result = fc.solve(composite(), method, iters=400, gap_tol=1e-2, progress=False, **options)

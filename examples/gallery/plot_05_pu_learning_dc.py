@@ -28,7 +28,7 @@ EPOCH, EPOCHS, RIDGE = 12, 40, 0.01  # 12 batches are one pass over the 719 unla
 METHODS = {  # name: (settings, the state entry the method outputs)
     "smag": ({"gamma": 0.5, "eta0": 0.5, "eta1": 0.2}, "x_phi"),
     "sgd": ({"eta": 0.2}, "x"),
-    "sdca": ({"eta": 1.0, "outer": 0.9, "inner_iters": 5}, "x"),
+    "sdca": ({"eta": 1.0, "anchor_step": 0.9, "inner_iters": 5}, "x"),
 }
 
 

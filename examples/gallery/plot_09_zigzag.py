@@ -1,10 +1,10 @@
 """Frank-Wolfe's zig-zag near a face of a polytope, and how away and pairwise steps fix it.
 
 Left: phi(x) = ||M (x - p)||^2 over the triangle (the simplex of R^3), whose minimizer x* lies inside the
-edge between vertices 1 and 2. Every vanilla Frank-Wolfe step (`fc.solve(problem, "fw", step="vanilla")`)
+edge between vertices 1 and 2. Every vanilla Frank-Wolfe step (`fc.solve(problem, "fw", corrective="vanilla")`)
 moves towards a vertex, so from vertex 3 the iterates can only shrink vertex 3's weight by a factor
 (1 - gamma) and zig-zag between vertices 1 and 2 towards the edge, in ever shorter steps. An away step
-(`step="away"`) moves away from the worst vertex of the active set instead, here vertex 3, and drops it
+(`corrective="away"`) moves away from the worst vertex of the active set instead, here vertex 3, and drops it
 once its weight reaches 0: the iterate lands on the edge and then converges along it (the inset zooms in
 on x*; both methods take the same first two steps).
 Right: the primal error phi(x_k) - phi* on the simplex of R^30 with the optimum on a 5-vertex face
@@ -62,7 +62,7 @@ def walk(problem, step, start, iters):
     res = fc.solve(
         problem,
         "fw",
-        step=step,
+        corrective=step,
         iters=iters,
         x0=start,
         progress=False,
@@ -114,7 +114,7 @@ def main():
     problem, x_star = face_problem()
     phi_star = problem.objective(x_star)
     for step in STEPS:
-        res = fc.solve(problem, "fw", step=step, iters=ITERS, progress=False)
+        res = fc.solve(problem, "fw", corrective=step, iters=ITERS, progress=False)
         k = np.array([row["k"] for row in res.history])
         error = res.history.column("objective_estimate") - phi_star
         shown = k <= np.argmax(error < FLOOR) if (error < FLOOR).any() else k >= 0  # down to phi's rounding

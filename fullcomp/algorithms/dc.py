@@ -15,9 +15,11 @@ One driver iteration of every method draws exactly one batch from the problem's
 sampler and makes one inner update, so equal ``iters`` means equal data for all
 of them (SDCA additionally draws ``psi_batches`` batches for its Psi-gradient
 estimate at the start of each stage).  Double-loop methods close a stage when
-its inner count is reached.  ``decay(k)`` multiplies every learning rate, inner
-and outer, at iteration k (the paper divides them by 10 at epochs 12 and 24:
-:class:`StepDecay`); proximal weights (gamma, mu) are not learning rates and stay.
+its inner count is reached.  The ``decay`` rule's multiplier at iteration k
+(:func:`fullcomp.steps.multiplier`) multiplies every learning rate, of the inner
+iterate and of the anchor (the paper divides them by 10 at epochs 12 and 24:
+:class:`~fullcomp.steps.StepDecay`); proximal weights (gamma, mu) are not learning
+rates and stay.
 
 Every result's ``x`` is the method's output point (noted per method); its
 history rows hold ``phi_value``/``psi_value`` (the sampled values where the
@@ -36,30 +38,15 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.algorithms.smag import DECAY
 from fullcomp.errors import ModelError
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
 from fullcomp.serial import encodable
-from fullcomp.validation import NONE, REQUIRED, Interval, Param, positive
+from fullcomp.steps import DECAY, StepSize, multiplier
+from fullcomp.validation import NONE, REQUIRED, Interval, Param, positive, renamed
 
-Decay = Callable[[int], float]
-
-
-@dataclass(frozen=True)
-class StepDecay:
-    """Learning-rate multiplier ``factor ** (number of milestones <= k)`` at iteration k.
-
-    ``StepDecay((12 * n, 24 * n))`` with n batches per epoch is the paper's division
-    by 10 at epochs 12 and 24.  Default: no milestones (constant rates).
-    """
-
-    milestones: tuple[int, ...] = ()
-    factor: float = 0.1
-
-    def __call__(self, k: int) -> float:
-        return self.factor ** sum(k >= m for m in self.milestones)
+Decay = StepSize | Callable[[int], float]
 
 
 HINT = "Lower the learning rate"
@@ -126,10 +113,6 @@ class DC:
         )
 
 
-def rate(decay: Decay | None, k: int) -> float:
-    return 1.0 if decay is None else decay(k)
-
-
 def _eta(doc: str) -> Param:
     return Param("eta", (positive(),), REQUIRED, doc)
 
@@ -189,7 +172,7 @@ class AdaGradState:
 @encodable
 @dataclass
 class SBCDState:
-    """The outer iterate w, the two proximal estimates, their inner sums, the output point and the inner count."""
+    """The iterate w, the two proximal estimates, their inner sums, the output point and the inner count."""
 
     w: torch.Tensor
     v_phi: torch.Tensor
@@ -204,7 +187,7 @@ def sgd_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     dc, eta, decay = DC(problem, run, "sgd"), hp["eta"], hp["decay"]
 
     def step(state: SGDState, k: int) -> tuple[SGDState, dict]:
-        x, lr = state.x, eta * rate(decay, k)
+        x, lr = state.x, eta * multiplier(decay, k)
         phi, psi, grad = dc.oracle.difference(k, dc.draw(), x)
         x_next = x - lr * grad
         return SGDState(x_next), dc.row(k, phi, psi, x_next, lr=lr)
@@ -229,7 +212,8 @@ def dc_sgd(problem: DMaxProblem, **options: Any) -> Result:
     No convergence guarantee for DC problems; included as the paper's reference.
 
     Hyperparameters: ``eta`` (learning rate; eta_k = eta * decay(k)) and ``decay``
-    (learning-rate multiplier decay(k), e.g. :class:`StepDecay`; None: constant).
+    (learning-rate multiplier decay(k), a rule such as :class:`~fullcomp.steps.StepDecay`
+    or a function k -> multiplier; None: constant).
     Shared options as for every method (``fc.describe("sgd")``).
 
     Returns a Result whose ``x`` is the last iterate.
@@ -242,7 +226,7 @@ def dc_sgd(problem: DMaxProblem, **options: Any) -> Result:
 
 def sdca_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     dc, decay = DC(problem, run, "sdca"), hp["decay"]
-    eta, outer, inner, gamma = hp["eta"], hp["outer"], hp["inner_iters"], hp["gamma"]
+    eta, anchor_step, inner, gamma = hp["eta"], hp["anchor_step"], hp["inner_iters"], hp["gamma"]
     psi_batches = hp["psi_batches"] or inner
 
     def step(state: SDCAState, k: int) -> tuple[SDCAState, dict]:
@@ -250,18 +234,18 @@ def sdca_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
         if t == 0:  # a new stage: linearize Psi at the anchor with psi_batches batches
             v = sum(dc.oracle.gradients(k, dc.draw(), psi_at=x).psi_x for _ in range(psi_batches)) / psi_batches
             z, z_sum = x, torch.zeros_like(x)
-        batch, lr = dc.draw(), eta * rate(decay, k)
+        batch, lr = dc.draw(), eta * multiplier(decay, k)
         s = dc.oracle.gradients(k, batch, phi_at=z)
         z = z - lr * (s.phi_x - v + gamma * (z - x))
         z_sum, t = z_sum + z, t + 1
         if t == inner:
-            x, t = torch.lerp(x, z_sum / inner, outer * rate(decay, k)), 0
+            x, t = torch.lerp(x, z_sum / inner, anchor_step * multiplier(decay, k)), 0
         _, psi = dc.oracle.evaluate(batch, psi_at=z, where=k)  # psi at z on the batch: a logged estimate, not an update
         return SDCAState(x, z, v, z_sum, t), dc.row(k, s.phi, psi, z, lr=lr)
 
     x0 = dc.x0
     state = SDCAState(x0, x0, torch.zeros_like(x0), torch.zeros_like(x0), 0)
-    info = {"eta": eta, "outer": outer, "inner_iters": inner, "gamma": gamma, "psi_batches": psi_batches}
+    info = {"eta": eta, "anchor_step": anchor_step, "inner_iters": inner, "gamma": gamma, "psi_batches": psi_batches}
     return dc.plan(step, state, "x", info, decay)
 
 
@@ -271,7 +255,12 @@ register(
         DMaxProblem,
         (
             _eta("the inner SGD learning rate, times decay(k)"),
-            Param("outer", (Interval(float, 0, 1, "right"),), REQUIRED, "how far x moves to the stage's average"),
+            Param(
+                "anchor_step",
+                (Interval(float, 0, 1, "right"),),
+                REQUIRED,
+                "how far the anchor x moves to the stage's average, times decay(k)",
+            ),
             _inner("SGD steps per stage, one batch each"),
             Param("gamma", (Interval(float, 0, None),), 0.0, "proximal weight of the stage problem; 0: plain DCA"),
             Param("psi_batches", (positive(int), NONE), None, "batches averaged for v; None: inner_iters"),
@@ -281,6 +270,7 @@ register(
         "stochastic DC algorithm with SGD stages, Nitanda & Suzuki 2017 (SMAG paper's baseline A2)",
     )
 )
+renamed("sdca", outer="anchor_step")  # F is the problem's outer function
 
 
 def sdca(problem: DMaxProblem, **options: Any) -> Result:
@@ -290,12 +280,12 @@ def sdca(problem: DMaxProblem, **options: Any) -> Result:
 
         v = mean of g_psi(x) over psi_batches batches           (Psi linearized once per stage)
         z = x;  repeat inner_iters times:  z <- z - eta_k (g_phi(z) - v + gamma (z - x))
-        x <- (1 - outer_k) x + outer_k * mean(z)                  (outer_k = outer * decay(k), the outer rate)
+        x <- (1 - a_k) x + a_k * mean(z)                  (a_k = anchor_step * decay(k), the anchor's rate)
 
     Hyperparameters
     ---------------
     eta : inner learning rate (eta_k = eta * decay(k)).
-    outer : outer learning rate in (0, 1]: how far x moves to the stage's averaged solution.
+    anchor_step : the anchor's learning rate in (0, 1]: how far x moves to the stage's averaged solution.
     inner_iters : SGD steps per stage (one batch each).
     gamma : proximal weight of the stage problem (default 0, plain stochastic DCA; phi's own
         strong convexity, e.g. a ridge, makes the stage problem strongly convex).
@@ -323,7 +313,7 @@ def ssdc_spg_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     def step(state: SPGState, k: int) -> tuple[SPGState, dict]:
         x, z, stage, t = state.x, state.z, state.stage, state.t + 1
         s = dc.oracle.gradients(k, dc.draw(), phi_at=z, psi_at=x)
-        lr = eta * rate(decay, k) / (t + 1)
+        lr = eta * multiplier(decay, k) / (t + 1)
         z = (z + (gamma * lr) * x - lr * (s.phi_x - s.psi_x)) / (1 + gamma * lr)
         z_sum, weight = state.z_sum + (t + 1) * z, state.weight + (t + 1)
         if t == inner * stage:  # stage over: the weighted average is the next anchor
@@ -372,7 +362,7 @@ def ssdc_adagrad_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
         s = dc.oracle.gradients(k, dc.draw(), phi_at=z, psi_at=x)
         d = s.phi_x - s.psi_x
         c, S = state.c + d, state.S + d * d
-        lr = eta * rate(decay, k) / math.sqrt(stage)
+        lr = eta * multiplier(decay, k) / math.sqrt(stage)
         z = x - lr * c / (gamma * lr * t + 2 * G + S.sqrt())
         z_sum = state.z_sum + z
         if t >= inner * stage:  # stage over: the uniform average is the next anchor
@@ -418,24 +408,26 @@ def ssdc_adagrad(problem: DMaxProblem, **options: Any) -> Result:
 
 def sbcd_setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     dc, decay = DC(problem, run, "sbcd"), hp["decay"]
-    eta, mu, inner, outer = hp["eta"], hp["mu"], hp["inner_iters"], hp["outer"]
+    eta, mu, inner, envelope_step = hp["eta"], hp["mu"], hp["inner_iters"], hp["envelope_step"]
 
     def step(state: SBCDState, k: int) -> tuple[SBCDState, dict]:
         w, v_phi, v_psi, t = state.w, state.v_phi, state.v_psi, state.t + 1
         s = dc.oracle.gradients(k, dc.draw(), phi_at=v_phi, psi_at=v_psi)
-        lr = eta * rate(decay, k)
+        lr = eta * multiplier(decay, k)
         v_phi = v_phi - lr * (s.phi_x + (v_phi - w) / mu)
         v_psi = v_psi - lr * (s.psi_x + (v_psi - w) / mu)
         s_phi, s_psi, out = state.s_phi + v_phi, state.s_psi + v_psi, state.out
         if t == inner:
             out = s_phi / t
-            w = w - outer * rate(decay, k) * (s_psi / t - out)
+            w = w - envelope_step * multiplier(decay, k) * (s_psi / t - out)
             v_phi, v_psi, s_phi, s_psi, t = w, w, torch.zeros_like(w), torch.zeros_like(w), 0
         return SBCDState(w, v_phi, v_psi, s_phi, s_psi, out, t), dc.row(k, s.phi, s.psi, v_phi + v_psi, lr=lr)
 
     x0, zero = dc.x0, torch.zeros_like(dc.x0)
     state = SBCDState(x0, x0, x0, zero, zero, x0, 0)
-    return dc.plan(step, state, "out", {"eta": eta, "mu": mu, "inner_iters": inner, "outer": outer}, decay)
+    return dc.plan(
+        step, state, "out", {"eta": eta, "mu": mu, "inner_iters": inner, "envelope_step": envelope_step}, decay
+    )
 
 
 register(
@@ -445,14 +437,20 @@ register(
         (
             _eta("the inner learning rate mu eta_t/(mu + eta_t), times decay(k)"),
             Param("mu", (positive(),), REQUIRED, "the Moreau parameter"),
-            _inner("inner steps per outer step"),
-            Param("outer", (positive(),), 1.0, "the outer step in units of mu, times decay(k)"),
+            _inner("inner steps per step of w"),
+            Param(
+                "envelope_step",
+                (positive(),),
+                1.0,
+                "the step of w along the Moreau envelopes' gradient, in units of mu, times decay(k)",
+            ),
             DECAY,
         ),
         sbcd_setup,
         "Moreau-envelope gradient steps with inner proximal subgradient loops, Yao et al. 2022 (baseline A5)",
     )
 )
+renamed("sbcd", outer="envelope_step")
 
 
 def sbcd(problem: DMaxProblem, **options: Any) -> Result:
@@ -462,13 +460,13 @@ def sbcd(problem: DMaxProblem, **options: Any) -> Result:
     each proximal point estimated by inner_iters proximal stochastic subgradient steps from v = w:
 
         v_phi <- v_phi - eta_k (g_phi(v_phi) + (v_phi - w)/mu);  v_psi likewise with g_psi   (one batch)
-        w <- w - outer_k (mean v_psi - mean v_phi)    (outer_k = outer * decay(k); outer = gamma/mu of AGD-SBCD)
+        w <- w - e_k (mean v_psi - mean v_phi)    (e_k = envelope_step * decay(k); envelope_step: AGD-SBCD's gamma/mu)
 
     ``eta`` is the paper's inner learning rate mu eta_t / (mu + eta_t).  A constant inner_iters
     replaces the theory's T_k = Theta(k^2), as the paper's tuning over {2, 5, 10} does.
 
     Hyperparameters: ``eta`` (inner learning rate, times decay(k)), ``mu`` (Moreau
-    parameter), ``inner_iters`` (T), ``outer`` (step of w in units of mu, default 1:
+    parameter), ``inner_iters`` (T), ``envelope_step`` (step of w in units of mu, default 1:
     w moves to w + mean v_phi - mean v_psi), ``decay`` as for :func:`dc_sgd`.
     Returns a Result whose ``x`` is the mean v_phi of the last finished stage (the
     algorithm's output, the estimate of prox_{mu Phi}(w)); ``w`` is the anchor.
@@ -476,4 +474,4 @@ def sbcd(problem: DMaxProblem, **options: Any) -> Result:
     return solve(problem, "sbcd", **options)
 
 
-__all__ = ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay"]
+__all__ = ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd"]

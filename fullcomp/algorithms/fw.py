@@ -10,6 +10,7 @@ g = grad phi(x_k) = J(x_k)^T grad_u F(f(x_k), x_k) + grad_x F, one step is
 
     v = LMO(g)                          Frank-Wolfe vertex;  gap = <g, x - v>
     a = argmax_{a in S} <g, a>          away vertex
+    corrective:
     vanilla           d = v - x,  gamma_max = 1
     away              d = v - x,  gamma_max = 1                  if gap >= <g, a - x>   (a Frank-Wolfe step)
                       d = x - a,  gamma_max = w_a / (1 - w_a)    otherwise              (an away step)
@@ -19,8 +20,11 @@ g = grad phi(x_k) = J(x_k)^T grad_u F(f(x_k), x_k) + grad_x F, one step is
     x_{k+1} = x_k + gamma d,  gamma in [0, gamma_max] by the line search;  the weights follow, and a vertex
     whose weight reaches 0 leaves S (a drop step: gamma = gamma_max)
 
+FrankWolfe.jl calls the away and pairwise steps corrective, hence the option's name.  The active set is a
+:class:`~fullcomp.sets.atoms.AtomicForm`, the line search a rule of :mod:`fullcomp.steps`.
+
 F must be differentiable (its CVXPY atoms smooth, :func:`kink` says which one is not), for the gradient and
-the away vertex.  For a non-smooth F (``cp.max``, ``fc.cvar``) only ``step="vanilla"`` runs: the Frank-Wolfe
+the away vertex.  For a non-smooth F (``cp.max``, ``fc.cvar``) only ``corrective="vanilla"`` runs: the Frank-Wolfe
 point is then the GLMO's, the minimizer of the linearized model F(f(x_k) + J (x - x_k), x) over X, as in
 ``hmsfw(exact=True)``, and the step's decrease is phi(x_k) minus the model's value there.  Away and pairwise
 steps need a polytope (a set with ``polytope = True``), whose LMO returns one of finitely many vertices.
@@ -38,7 +42,6 @@ from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.algorithms.tracked import numpy
-from fullcomp.autodiff import check_inner_output, gradient
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem, Outer
@@ -46,24 +49,22 @@ from fullcomp.oracles import InnerOracle
 from fullcomp.oracles.entries import EntryMap
 from fullcomp.run import Result, RunOptions
 from fullcomp.serial import encodable
-from fullcomp.sets.base import Set
-from fullcomp.validation import NONE, Options, Param, positive
+from fullcomp.sets.atoms import AtomicForm
+from fullcomp.steps import Adaptive, Line, ShortStep
+from fullcomp.validation import NONE, Options, Param, positive, renamed
 
-STEPS = ("vanilla", "away", "pairwise", "blended-pairwise")
+CORRECTIVE = ("vanilla", "away", "pairwise", "blended-pairwise")
 #: Non-affine CVXPY atoms differentiable on the interior of their domain, by class name (a subclass, such as
 #: CVXPY's PowerApprox of Power, counts as its base).
 SMOOTH_ATOMS = frozenset(
     ("Power", "power", "quad_over_lin", "QuadForm", "SymbolicQuadForm", "log_sum_exp", "exp", "logistic", "huber")
     + ("log", "log1p", "entr", "kl_div", "rel_entr", "xexp")
 )
-#: The adaptive step (Pedregosa, Negiar, Askari and Jaggi 2020): each step first tries DECREASE * L, and
-#: multiplies L by INCREASE until the step decreases phi as an L-smooth function would, at most BACKTRACKS times.
-DECREASE, INCREASE, BACKTRACKS = 0.9, 2.0, 60
 
 PARAMS = (
     Param(
-        "step",
-        (Options(STEPS),),
+        "corrective",
+        (Options(CORRECTIVE),),
         "away",
         "'vanilla', 'away' (Lacoste-Julien and Jaggi 2015, Algorithm 1), 'pairwise' (Algorithm 2) or "
         "'blended-pairwise' (Tsuji, Tanaka and Pokutta 2022); all but 'vanilla' need a smooth F and a polytope",
@@ -72,8 +73,9 @@ PARAMS = (
         "line_search",
         (Options(("adaptive", "short")),),
         "adaptive",
-        "'adaptive': the short step for an estimate of L, raised until phi decreases as an L-smooth function would; "
-        "'short': the short step min(gamma_max, <-g, d> / (L ||d||^2)) for the given L",
+        "'adaptive' (fullcomp.steps.Adaptive): the short step for an estimate of L, raised until phi decreases as "
+        "an L-smooth function would; 'short' (fullcomp.steps.ShortStep): min(gamma_max, <-g, d> / (L ||d||^2)) for "
+        "the given L",
     ),
     Param(
         "L",
@@ -97,10 +99,6 @@ def kink(expr: cp.Expression) -> cp.Expression | None:
         if found is not None:
             return found
     return None
-
-
-def is_polytope(domain: Set) -> bool:
-    return domain.polytope
 
 
 def outer_gradient(outer: Outer, u: np.ndarray, x: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -127,18 +125,16 @@ def outer_gradient(outer: Outer, u: np.ndarray, x: np.ndarray | None) -> tuple[n
 @encodable
 @dataclass
 class FWState:
-    """x, the line search's smoothness estimate L, and on a polytope the active set: its vertices as rows and
-    their weights (None where no active set is kept)."""
+    """x, the line search's smoothness estimate L, and on a polytope the active set (None where none is kept)."""
 
     x: torch.Tensor
-    L: float
-    vertices: np.ndarray | None = None
-    weights: np.ndarray | None = None
+    L: float | None
+    active: AtomicForm | None = None
 
 
-def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
-    step_kind, line_search = hp["step"], hp["line_search"]
-    domain, outer, device, dtype = problem.domain, problem.outer, run.device, run.dtype
+def refuse(problem: CompositeProblem, hp: dict) -> bool:
+    """Whether F is smooth, after refusing what fw cannot run, each refusal naming its fix."""
+    corrective, domain = hp["corrective"], problem.domain
     if problem.stochastic and problem.full_batch is None:
         raise OptionError(
             "fw is deterministic: a stochastic problem needs CompositeProblem(full_batch=...) for the exact f "
@@ -146,196 +142,176 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         )
     if problem.sharded:
         raise OptionError("fw keeps the whole iterate on every process; a sharded problem needs hmsfw")
-    if line_search == "short" and hp["L"] is None:
+    if hp["line_search"] == "short" and hp["L"] is None:
         raise OptionError("fw: line_search='short' needs L=, the smoothness constant of phi along the steps")
-    rough = kink(outer.expr)
-    smooth, polytope = rough is None, is_polytope(domain)
-    if step_kind != "vanilla" and not smooth:
+    rough = kink(problem.outer.expr)
+    if corrective != "vanilla" and rough is not None:
         raise OptionError(
-            f"fw: step={step_kind!r} needs a differentiable F, and F has the kink {type(rough).__name__} in "
-            f"`{str(rough)[:60]}`; use step='vanilla' (the GLMO's Frank-Wolfe point) or a smooth F "
+            f"fw: corrective={corrective!r} needs a differentiable F, and F has the kink {type(rough).__name__} in "
+            f"`{str(rough)[:60]}`; use corrective='vanilla' (the GLMO's Frank-Wolfe point) or a smooth F "
             "(cp.sum_squares, cp.log_sum_exp, ...)"
         )
-    if step_kind != "vanilla" and not polytope:
+    if corrective != "vanilla" and not domain.polytope:
         raise OptionError(
-            f"fw: step={step_kind!r} needs a polytope (a set with polytope = True: fc.Simplex, fc.L1Ball, fc.Box, "
-            f"fc.CappedSimplex, fc.Birkhoff, ...), whose LMO returns one of finitely many vertices; "
-            f"{type(domain).__name__} is not one: use step='vanilla'"
+            f"fw: corrective={corrective!r} needs a polytope (a set with polytope = True: fc.Simplex, fc.L1Ball, "
+            f"fc.Box, fc.CappedSimplex, fc.Birkhoff, ...), whose LMO returns one of finitely many vertices; "
+            f"{type(domain).__name__} is not one: use corrective='vanilla'"
         )
-    batch, entries = problem.full_batch, EntryMap(problem, device)
-    n, shape = outer.n, domain.shape
+    return rough is None
 
-    def at(x: torch.Tensor) -> torch.Tensor:
-        """What the map reads of a flat point, in the shape it reads it."""
-        return entries.read(x).reshape(entries.shape)
 
-    def tensor(a: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(a, dtype=dtype, device=device)
+class FrankWolfe:
+    """The steps of fw on one problem: phi and its gradient on the exact map, the LMO (or for a non-smooth F
+    the GLMO on the linearized model), and the step size from the line search's rule."""
 
-    def dense(x: torch.Tensor) -> np.ndarray | None:
-        return numpy(x).reshape(shape) if outer.depends_on_x else None
+    def __init__(self, problem: CompositeProblem, hp: dict, run: RunOptions, smooth: bool):
+        self.problem, self.outer, self.domain, self.shape = problem, problem.outer, problem.domain, problem.domain.shape
+        self.corrective, self.batch = hp["corrective"], problem.full_batch
+        self.device, self.dtype = run.device, run.dtype
+        self.entries = EntryMap(problem, run.device)
+        self.rule = ShortStep(hp["L"]) if hp["line_search"] == "short" else Adaptive(torch.finfo(run.dtype).eps)
+        self.solver = self.oracle = None
+        self.scale = 1.0  # the GLMO's tolerance is relative to |phi(x0)|, as hmsfw's
+        if not smooth:
+            self.solver = build_glmo(self.outer, self.domain, device=run.device)
+            self.oracle = InnerOracle(self.inner, self.outer.n, (self.domain.size,), run.device, run.dtype)
+            x0 = np.asarray(problem.x0, dtype=np.float64).reshape(-1)
+            self.scale = abs(self.phi(self.tensor(x0), "at x0")) or 1.0
 
-    def call(x: torch.Tensor, where: str) -> torch.Tensor:
-        try:
-            out = problem.inner(at(x), batch)
-        except (RuntimeError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise OracleError(f"inner(x, batch) raised {type(exc).__name__} {where}: {exc}") from exc
-        return check_inner_output(out, n, where)
+    def inner(self, x: torch.Tensor, batch: Any) -> torch.Tensor:
+        """f~ at a flat point, given the values it reads in the shape it reads them (the GLMO's oracle's map)."""
+        return self.problem.inner(self.entries.read(x).reshape(self.entries.shape), batch)
 
-    def phi(x: torch.Tensor, where: str) -> float:
+    def tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(a, dtype=self.dtype, device=self.device)
+
+    def dense(self, x: torch.Tensor) -> np.ndarray | None:
+        """x as F reads it, None when F does not."""
+        return numpy(x).reshape(self.shape) if self.outer.depends_on_x else None
+
+    def phi(self, x: torch.Tensor, where: str) -> float:
         """phi(x) = F(f(x), x) on the exact map."""
-        with torch.no_grad():
-            u = entries.mean(call(x, where).detach().to(dtype))
-        return outer.value(numpy(u), dense(x))
+        u = self.entries.call(self.entries.read(x), self.batch, self.dtype, where)
+        return self.outer.value(numpy(u), self.dense(x))
 
-    def first_order(x: torch.Tensor, k: int) -> tuple[float, np.ndarray]:
+    def first_order(self, x: torch.Tensor, k: int) -> tuple[float, np.ndarray]:
         """phi(x) and its gradient J^T grad_u F + grad_x F, by one backward pass of the map."""
-        point = x.detach().requires_grad_(True)
-        with torch.enable_grad():
-            out = call(point, f"at iteration {k}")
-            u = entries.mean(out.detach().to(dtype))
-            g_u, g_x = outer_gradient(outer, numpy(u), dense(x))
-            grad = None
-            if out.requires_grad:  # a map constant in x (or one that detached it) has a zero gradient
-                weights = torch.as_tensor(g_u, dtype=out.dtype, device=out.device)
-                (grad,) = gradient((out * weights).sum(), (point,))
-            grad = torch.zeros_like(point) if grad is None else grad
-        grad = entries.mean(grad.detach().to(dtype))
-        g = numpy(grad) + (0.0 if g_x is None else g_x)
+        u, pullback = self.entries.pullback(x, self.batch, self.dtype, f"at iteration {k}")
+        g_u, g_x = outer_gradient(self.outer, numpy(u), self.dense(x))
+        g = numpy(pullback(g_u)) + (0.0 if g_x is None else g_x)
         if not np.isfinite(g).all():
             raise OracleError(f"the gradient of phi has NaN or Inf entries at iteration {k}")
-        return outer.value(numpy(u), dense(x)), g
+        return self.outer.value(numpy(u), self.dense(x)), g
 
-    def step_size(x: torch.Tensor, phi_x: float, d: np.ndarray, decrease: float, gamma_max: float, L, k: int):
-        """(gamma, L): the short step min(gamma_max, decrease / (L ||d||^2)), L raised until
-        phi(x + gamma d) <= phi(x) - gamma decrease + L gamma^2 ||d||^2 / 2 (adaptive), and the L it used."""
-        dd = float(d @ d)
-        if decrease <= 0 or dd == 0 or gamma_max <= 0:
-            return 0.0, L
-        L = decrease / dd if L is None else L  # first estimate: the whole first step
-        if line_search == "short":
-            return min(gamma_max, decrease / (L * dd)), L
-        L, move, slack = DECREASE * L, tensor(d), 4 * torch.finfo(dtype).eps * abs(phi_x)
-        for _ in range(BACKTRACKS):
-            gamma = min(gamma_max, decrease / (L * dd))
-            bound = phi_x - gamma * decrease + 0.5 * L * gamma**2 * dd + slack
-            if phi(x + gamma * move, f"in the line search at iteration {k}") <= bound:
-                return gamma, L
-            L *= INCREASE
-        return 0.0, L  # no step decreases phi: its differences are below the rounding of its values
+    def lmo(self, g: np.ndarray) -> np.ndarray:
+        return np.asarray(self.domain.lmo_unchecked(g.reshape(self.shape)), dtype=np.float64).reshape(-1)
 
-    # The active set: vertices as the rows of an array, with their weights; x0 enters as an atom of its own.
-    x0 = np.asarray(problem.x0, dtype=np.float64).reshape(-1)
-    state = FWState(tensor(x0), hp["L"])
-    if smooth and polytope:
-        state = FWState(state.x, state.L, x0[None, :].copy(), np.ones(1))
+    def step_size(
+        self, state: FWState, phi_x: float, d: np.ndarray, decrease: float, gamma_max: float, k: int
+    ) -> tuple[float, float | None]:
+        """(gamma, L): the rule's step along d in [0, gamma_max] and the smoothness estimate it leaves."""
+        x, move = state.x, self.tensor(d)
+        phi = lambda gamma: self.phi(x + gamma * move, f"in the line search at iteration {k}")  # noqa: E731
+        line = Line(phi, phi_x, decrease, float(d @ d), gamma_max, state.L)
+        return self.rule.step_size(k, line), line.L
 
-    def lmo(g: np.ndarray) -> np.ndarray:
-        return np.asarray(domain.lmo_unchecked(g.reshape(shape)), dtype=np.float64).reshape(-1)
+    def direction(self, S: AtomicForm, x: np.ndarray, v: np.ndarray, g: np.ndarray) -> tuple:
+        """(kind, d, gamma_max, a, s, gap): the step's direction by the docstring's box, with the away atom a, the
+        local Frank-Wolfe atom s and the Frank-Wolfe gap."""
+        a, s, scores = S.extremes(g)  # <g, a> largest and smallest over the active set
+        gap, away_gap = float(g @ x - g @ v), float(scores[a] - g @ x)
+        w_a, rows = S.weights()[a], S.rows()
+        if self.corrective == "away" and away_gap > gap and w_a < 1:
+            return "away", x - rows[a], w_a / (1 - w_a), a, s, gap
+        if self.corrective == "pairwise":
+            return "pairwise", v - rows[a], w_a, a, s, gap
+        if self.corrective == "blended-pairwise" and scores[a] - scores[s] >= gap:
+            return "local", rows[s] - rows[a], w_a, a, s, gap
+        return "fw", v - x, 1.0, a, s, gap
 
-    def add(vertices: np.ndarray, weights: np.ndarray, v: np.ndarray, gamma: float):
-        """The active set with gamma added to the weight of v (a new row when v is not in it)."""
-        same = np.flatnonzero((vertices == v).all(axis=1))
-        if same.size:
-            weights[same[0]] += gamma
-            return vertices, weights
-        return np.vstack([vertices, v]), np.append(weights, gamma)
-
-    def frank_wolfe_step(state: FWState, k: int) -> tuple[FWState, dict]:
+    def corrective_step(self, state: FWState, k: int) -> tuple[FWState, dict]:
         """The box of the module's docstring: Lacoste-Julien and Jaggi (2015), Algorithms 1 and 2, and BPCG."""
-        x, S, w = state.x, state.vertices, state.weights.copy()
-        phi_x, g = first_order(x, k)
-        x_np, scores = numpy(x), S @ g  # scores: <g, a> for the active vertices
-        v = lmo(g)  # Frank-Wolfe vertex
-        a, s = int(np.argmax(scores)), int(np.argmin(scores))  # away vertex, local Frank-Wolfe vertex
-        gap, away_gap = float(g @ x_np - g @ v), float(scores[a] - g @ x_np)
-        if step_kind == "away" and away_gap > gap and w[a] < 1:
-            kind, d, gamma_max = "away", x_np - S[a], w[a] / (1 - w[a])
-        elif step_kind == "pairwise":
-            kind, d, gamma_max = "pairwise", v - S[a], w[a]
-        elif step_kind == "blended-pairwise" and scores[a] - scores[s] >= gap:
-            kind, d, gamma_max = "local", S[s] - S[a], w[a]
-        else:
-            kind, d, gamma_max = "fw", v - x_np, 1.0
-        gamma, L = step_size(x, phi_x, d, float(-(g @ d)), gamma_max, state.L, k)
+        S, x = state.active, numpy(state.x)
+        phi_x, g = self.first_order(state.x, k)
+        v = self.lmo(g)  # Frank-Wolfe vertex
+        kind, d, gamma_max, a, s, gap = self.direction(S, x, v, g)
+        gamma, L = self.step_size(state, phi_x, d, float(-(g @ d)), gamma_max, k)
         if kind == "fw":  # (1 - gamma) x + gamma v
-            S, w = add(S, (1 - gamma) * w, v, gamma)
+            moved = S.toward(v, gamma)
         elif kind == "away":  # (1 + gamma) x - gamma a
-            w = (1 + gamma) * w
-            w[a] -= gamma
+            moved = S.away(a, gamma)
         else:  # x + gamma (v - a): weight gamma moves from a to v (to s, already active, for a local step)
-            w[a] -= gamma
-            S, w = add(S, w, S[s] if kind == "local" else v, gamma)
-        drop = gamma == gamma_max and kind != "fw"
-        if drop:
-            w[a] = 0.0
-        keep = w > 0
-        S, w = S[keep], w[keep]
+            moved = S.shift(a, S.rows()[s] if kind == "local" else v, gamma)
+        active = moved.drop(a) if gamma == gamma_max and kind != "fw" else moved.pruned()
         row = {"objective_estimate": phi_x, "gap": gap, "gamma": gamma, "away_step": int(kind != "fw")}
-        row.update(drop=int(drop or not keep.all()), atoms=len(state.weights))
-        return FWState(tensor(w @ S), L, S, w), row
+        row.update(drop=int(len(active) < len(moved)), atoms=len(S))
+        return FWState(self.tensor(active.point()), L, active), row
 
-    def gradient_step(state: FWState, k: int) -> tuple[FWState, dict]:
+    def gradient_step(self, state: FWState, k: int) -> tuple[FWState, dict]:
         """Vanilla Frank-Wolfe on a set with infinitely many extreme points: no active set is kept."""
         x = state.x
-        phi_x, g = first_order(x, k)
-        d = lmo(g) - numpy(x)
+        phi_x, g = self.first_order(x, k)
+        d = self.lmo(g) - numpy(x)
         gap = float(-(g @ d))
-        gamma, L = step_size(x, phi_x, d, gap, 1.0, state.L, k)
+        gamma, L = self.step_size(state, phi_x, d, gap, 1.0, k)
         row = {"objective_estimate": phi_x, "gap": gap, "gamma": gamma}
-        return replace(state, x=x + gamma * tensor(d), L=L), row
+        return replace(state, x=x + gamma * self.tensor(d), L=L), row
 
-    solver = None if smooth else build_glmo(outer, domain, device=device)
-    oracle = None if smooth else InnerOracle(lambda x, b: problem.inner(at(x), b), n, (domain.size,), device, dtype)
-    scale = 1.0 if solver is None else abs(phi(state.x, "at x0")) or 1.0  # the GLMO's tolerance, as hmsfw's
-
-    def linear_model(state: FWState, k: int) -> tuple[dict, Any, float]:
+    def linear_model(self, state: FWState, k: int) -> tuple[dict, Any, float]:
         """One GLMO on the linearization F(f(x_k) + J (x - x_k), x); the row describing x_k."""
         x = state.x
-        value, jac = oracle(x, batch, k)
-        res = solver.solve(numpy(value), numpy(jac), numpy(x), tol=0.01 * scale / (k + 2))
-        phi_x = outer.value(numpy(value), dense(x))
+        value, jac = self.oracle(x, self.batch, k)
+        res = self.solver.solve(numpy(value), numpy(jac), numpy(x), tol=0.01 * self.scale / (k + 2))
+        phi_x = self.outer.value(numpy(value), self.dense(x))
         row = {"objective_estimate": phi_x, "gap": phi_x - res.value, "glmo_gap": res.gap_bound}
         row["pricing_calls"] = res.calls
         return row, res, phi_x
 
-    def glmo_step(state: FWState, k: int) -> tuple[FWState, dict]:
+    def glmo_step(self, state: FWState, k: int) -> tuple[FWState, dict]:
         """Vanilla Frank-Wolfe for a non-smooth F: towards the GLMO's point, by the model's decrease."""
-        row, res, phi_x = linear_model(state, k)
+        row, res, phi_x = self.linear_model(state, k)
         x = state.x
         d = np.asarray(res.x, dtype=np.float64).reshape(-1) - numpy(x)
-        gamma, L = step_size(x, phi_x, d, row["gap"], 1.0, state.L, k)
+        gamma, L = self.step_size(state, phi_x, d, row["gap"], 1.0, k)
         row["gamma"] = gamma
-        return replace(state, x=x + gamma * tensor(d), L=L), row
+        return replace(state, x=x + gamma * self.tensor(d), L=L), row
 
-    def observe(state: FWState, k: int) -> dict:
-        if solver is not None:
-            return linear_model(state, k)[0]
-        phi_x, g = first_order(state.x, k)
-        row = {"objective_estimate": phi_x, "gap": float(g @ (numpy(state.x) - lmo(g)))}
-        if state.weights is not None:
-            row["atoms"] = len(state.weights)
+    def observe(self, state: FWState, k: int) -> dict:
+        if self.solver is not None:
+            return self.linear_model(state, k)[0]
+        phi_x, g = self.first_order(state.x, k)
+        row = {"objective_estimate": phi_x, "gap": float(g @ (numpy(state.x) - self.lmo(g)))}
+        if state.active is not None:
+            row["atoms"] = len(state.active)
         return row
 
-    def finish(state: FWState, history: Any, info: dict) -> Result:
+    def finish(self, state: FWState, history: Any, info: dict) -> Result:
         extras = {"L": state.L}
-        if state.weights is not None:
-            extras["atoms"] = [(a.reshape(shape), float(w)) for a, w in zip(state.vertices, state.weights)]
-        return Result(state.x.reshape(shape), history, info, **extras)
+        if state.active is not None:
+            extras["atoms"] = [(a.dense().reshape(self.shape), w) for a, w in state.active.pairs()]
+        return Result(state.x.reshape(self.shape), history, info, **extras)
 
-    step = glmo_step if solver is not None else frank_wolfe_step if state.weights is not None else gradient_step
-    info = {"step": step_kind, "line_search": line_search, "direction": "gradient" if smooth else "glmo"}
-    if solver is not None:
-        info["glmo_route"] = solver.route
+
+def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
+    smooth = refuse(problem, hp)
+    fw = FrankWolfe(problem, hp, run, smooth)
+    x0 = np.asarray(problem.x0, dtype=np.float64).reshape(-1)
+    # On a polytope the active set starts as x0, an atom of its own.
+    state = FWState(fw.tensor(x0), hp["L"], AtomicForm.vertex(x0) if smooth and problem.domain.polytope else None)
+    step = fw.glmo_step if not smooth else fw.corrective_step if state.active is not None else fw.gradient_step
+    direction = "gradient" if smooth else "glmo"
+    info = {"corrective": hp["corrective"], "line_search": hp["line_search"], "direction": direction}
+    if fw.solver is not None:
+        info["glmo_route"] = fw.solver.route
     return Plan(
         step,
         state,
-        iterate=lambda s: s.x.reshape(shape),
-        finish=finish,
-        observe=observe,
-        objective=lambda s: phi(s.x, "evaluating the objective"),
+        iterate=lambda s: s.x.reshape(fw.shape),
+        finish=fw.finish,
+        observe=fw.observe,
+        objective=lambda s: fw.phi(s.x, "evaluating the objective"),
         gap="gap",
-        components={} if solver is None else {"glmo": solver},
+        components={} if fw.solver is None else {"glmo": fw.solver},
         info=info,
         progress_key="gap",
     )
@@ -350,12 +326,13 @@ FW = register(
         "deterministic Frank-Wolfe with away or (blended) pairwise steps (Lacoste-Julien and Jaggi 2015)",
     )
 )
+renamed("fw", step="corrective")  # Plan.step is the method's update
 
 
 def fw(problem: CompositeProblem, **options: Any) -> Result:
     """Minimize phi(x) = F(f(x), x) over X by deterministic Frank-Wolfe steps, with away or pairwise steps.
 
-    The module's docstring gives the step.  Hyperparameters (``fc.describe("fw")`` lists them): ``step``
+    The module's docstring gives the step.  Hyperparameters (``fc.describe("fw")`` lists them): ``corrective``
     ("vanilla", "away" (default), "pairwise", "blended-pairwise"), ``line_search`` ("adaptive", "short"),
     ``L``; the shared ``gap_tol`` stops at a Frank-Wolfe gap below it; shared options as for every method.
     The map is ``problem.full_batch`` (or the deterministic map).  All but "vanilla" need a differentiable F
@@ -372,4 +349,4 @@ def fw(problem: CompositeProblem, **options: Any) -> Result:
     return solve(problem, "fw", **options)
 
 
-__all__ = ["fw", "kink", "STEPS"]
+__all__ = ["fw", "kink", "CORRECTIVE"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from fullcomp import steps
 from fullcomp.algorithms.iterate import iterate
 from fullcomp.algorithms.method import Method, Plan, preset, register, solve
 from fullcomp.algorithms.tracked import TRACKING, line_search, numpy, schedule_of, tracked_model, true_objective
@@ -68,7 +69,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     read = model.entries.read
 
     # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
-    shift = 0.0 if hp["first_step"] == "auto" else 2.0 / hp["first_step"] - 2.0
+    shift = 0.0 if hp["first_step"] == "auto" else steps.shift(hp["first_step"])
     state = HMSFWState(**vars(model.start(point.start())), atoms=AtomicForm(), start=1.0, shift=shift, z_exact=exact)
     warm = hp["first_step"] == "auto" and problem.warm_start
     scale = abs(outer.value(numpy(state.z), problem.x0 if outer.depends_on_x else None)) or 1.0
@@ -86,14 +87,14 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         """s with gamma(s) = gamma_0, the line search's first step from y toward the first GLMO point x.
         Later steps read the schedule at k + s (2/(k+2+s) for the paper's), so none is longer than the first."""
         y, x = read(y), read(x)
-        return 2.0 / line_search(problem, model, lambda t: y + t * (x - y)) - 2.0
+        return steps.shift(line_search(problem, model, lambda t: y + t * (x - y)))
 
     def step(state: HMSFWState, k: int) -> tuple[HMSFWState, dict]:
         row, res = linear_model(state, k)  # x_k = GLMO(z_k, V_k, y_k)
         if k == 0 and warm:
             state = replace(state, shift=warm_shift(state.y, point.toward(res)))
         gamma, beta, rho = sched.at(k)
-        gamma = sched.at(k + state.shift)[0] if state.shift else gamma
+        gamma = sched.step_size(k + state.shift) if state.shift else gamma
         y, atoms = point.move(state.y, state.atoms, res, gamma, k)  # y_{k+1} = y_k + gamma_k (x_k - y_k)
         moved = {"atoms": atoms, "start": state.start * (1 - gamma), "z_exact": exact and rho == 1}
         new = model.advance(state, y, beta, rho, k + 1, **moved)  # V_{k+1}, z_{k+1} from one sample at y_{k+1}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -13,7 +12,8 @@ from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import Tracked
 from fullcomp.run import Result, RunOptions
-from fullcomp.validation import NONE, Options, Param, positive
+from fullcomp.steps import rule
+from fullcomp.validation import NONE, Options, Param, positive, renamed
 
 PARAMS = (
     Param(
@@ -22,7 +22,12 @@ PARAMS = (
         None,
         "the step; None: D_X / ||V_0^T g_0 + g_x,0|| (halved by a line search from a warm start), decaying 1/sqrt(k+1)",
     ),
-    Param("step", (Options(("constant", "sqrt")), NONE), None, "eta_k = eta or eta / sqrt(k+1); None: by eta"),
+    Param(
+        "step_size",
+        (Options(("constant", "sqrt")), NONE),
+        None,
+        "eta_k = eta ('constant') or eta / sqrt(k+1) ('sqrt'); None: 'sqrt' for the default eta, else 'constant'",
+    ),
     *TRACKING,
 )
 
@@ -31,7 +36,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     domain, outer = problem.domain, problem.outer
     calculus = OuterCalculus(outer)
     model, sched = tracked_model(problem, hp, run), schedule_of(hp, run)
-    eta, step = hp["eta"], hp["step"] or ("sqrt" if hp["eta"] is None else "constant")
+    eta, kind = hp["eta"], hp["step_size"] or ("sqrt" if hp["eta"] is None else "constant")
 
     def point(state: Tracked) -> tuple:
         """(z_k, x_k) as numpy, x_k only when F reads it (a dense copy of x is not free)."""
@@ -44,17 +49,18 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         first = float(torch.linalg.vector_norm(d0))
         eta = domain.diameter / first if first > 0 and domain.diameter > 0 else 1.0
         eta *= warm_factor(problem, model, state.y, d0)
+    step_size = rule(kind, eta)
 
     def psg_step(state: Tracked, k: int) -> tuple[Tracked, dict]:
         z, x = point(state)
         d = model.entries.chain_rule(state.V, calculus.subgradient(z, x))  # V_k^T g_u + g_x
-        eta_k = eta if step == "constant" else eta / math.sqrt(k + 1)
+        eta_k = step_size.step_size(k)
         x_next = project(domain, state.y - eta_k * d)
         row = {"objective_estimate": outer.value(z, x), "step": eta_k, "direction_norm": float(d.norm())}
         _, beta, rho = sched.at(k)
         return model.advance(state, x_next, beta, rho, k + 1), row
 
-    info = {"eta": eta, "step": step, "schedule": sched.name, "tracker": hp["tracker"]}
+    info = {"eta": eta, "step_size": kind, "schedule": sched.name, "tracker": hp["tracker"]}
     return dense_plan(problem, model, psg_step, state, info)
 
 
@@ -67,6 +73,7 @@ PSG = register(
         "projected subgradient steps on the tracked model (HMSFW paper, baseline C1)",
     )
 )
+renamed("psg", step="step_size")  # Plan.step is the method's update
 
 
 def psg(problem: CompositeProblem, **options: Any) -> Result:
@@ -81,7 +88,7 @@ def psg(problem: CompositeProblem, **options: Any) -> Result:
     On sharded reads every rank keeps the whole dense x and its Jacobians on its own entries, and each step
     gathers the direction's values at the ranks' reads (as many numbers as they read): the data is sharded,
     the iterate is not.
-    Hyperparameters: ``eta``, ``step`` ("constant" or "sqrt"), ``schedule``
+    Hyperparameters: ``eta``, ``step_size`` ("constant" or "sqrt"), ``schedule``
     (tracker weights; only beta and rho are used), ``tracker`` and ``hessian_point`` (as for
     :func:`fullcomp.hmsfw`); shared options as for every method (``fc.describe("psg")`` lists both).
 

@@ -25,15 +25,8 @@ from fullcomp.model.dmax import DMaxProblem, Params
 from fullcomp.oracles.dmax import DMaxOracle
 from fullcomp.run import Result, RunOptions
 from fullcomp.serial import encodable
-from fullcomp.validation import CALLABLE, NONE, REQUIRED, Options, Param, check_params, positive
-
-#: A step-size multiplier decay(k), shared with the DC baselines (fc.StepDecay is one).
-DECAY = Param(
-    "decay",
-    (CALLABLE, NONE),
-    None,
-    "multiplier decay(k) of the step sizes at iteration k, e.g. fc.StepDecay((600,)); None: constant",
-)
+from fullcomp.steps import DECAY, multiplier
+from fullcomp.validation import REQUIRED, Options, Param, check_params, positive
 
 STEPS = (
     Param("gamma", (positive(),), REQUIRED, "the Moreau envelope parameter, below 1/delta for delta-weakly convex phi"),
@@ -179,7 +172,7 @@ def setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
 
     def step(state: SMAGState, k: int) -> tuple[SMAGState, dict]:
         # eta0 and eta1 are read at each step: a stepper's may change between steps, as torch.optim's lr does.
-        scale = 1.0 if decay is None else decay(k)
+        scale = multiplier(decay, k)
         new, row = smag_update(state, oracle.draw(run.generator), k, hp["eta0"] * scale, hp["eta1"] * scale)
         if output == "random":
             # Snapshot t-bar = k+1: x_{t-bar-1} with the estimates x_phi, x_psi, y, z it produced.
@@ -364,4 +357,4 @@ def _build(params: Params | None, flat: torch.Tensor | None) -> Any:
     return None if params is None or flat is None else params.build(flat)
 
 
-__all__ = ["smag", "SMAGStepper", "DECAY"]
+__all__ = ["smag", "SMAGStepper"]

@@ -17,6 +17,7 @@ from fullcomp.oracles.tracked import HESSIAN_POINTS, JACOBIAN_TRACKERS, Tracked,
 from fullcomp.run import Plan, Result, RunOptions
 from fullcomp.schedules import HORIZON_SCHEDULES, THEORY, Schedule, resolve
 from fullcomp.sets.base import Set
+from fullcomp.steps import Halving, Line
 from fullcomp.validation import CALLABLE, NONE, Instance, Interval, Options, Pair, Param
 
 #: The tracker-weight option shared by every composite method.
@@ -91,18 +92,9 @@ def true_objective(
     return objective
 
 
-#: Halvings of the first step a warm start's line search tries (HMSFW's gamma_0, the baselines' first move).
-WARM_HALVINGS = 10
-
-
 def line_search(problem: CompositeProblem, model: TrackedModel, point_at: Callable[[float], torch.Tensor]) -> float:
-    """The step t in {1, 1/2, ..., 2^-10} of a warm start's first move: the best t for phi(point_at(t)) on one
-    batch (``full_batch`` when there is one), or the smallest when none beats t = 0, the start itself.
-
-    From a start the user chose, a first step of gamma_0 = 1 (HMSFW) or of one diameter (the scale-free
-    defaults of PSG, prox-linear and LiNASA) would throw the start away.  ``point_at(t)`` is in the model's
-    layout.
-    """
+    """The step of a warm start's first move (:class:`fullcomp.steps.Halving`) for phi(point_at(t)) on one batch
+    (``full_batch`` when there is one); ``point_at(t)`` is in the model's layout."""
     exact = problem.full_batch is not None or not problem.stochastic
     batch = problem.full_batch if exact else problem.sample(model.generator)
     outer, shape = problem.outer, problem.domain.shape
@@ -112,10 +104,7 @@ def line_search(problem: CompositeProblem, model: TrackedModel, point_at: Callab
         u = model.value_at(point, batch, "in the warm start's line search")
         return outer.value(numpy(u), numpy(point).reshape(shape) if outer.depends_on_x else None)
 
-    steps = [2.0**-i for i in range(WARM_HALVINGS + 1)]
-    values = [phi(t) for t in steps]
-    best = int(np.argmin(values))
-    return steps[best] if values[best] <= phi(0.0) else steps[-1]
+    return Halving().step_size(0, Line(phi, value=phi(0.0)))
 
 
 def warm_factor(problem: CompositeProblem, model: TrackedModel, x: torch.Tensor, d: torch.Tensor) -> float:

@@ -10,12 +10,13 @@ read, spread and total through it and never ask how many processes there are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fullcomp import distributed
-from fullcomp.autodiff import BatchJacobian, check_inner_output
+from fullcomp.autodiff import BatchJacobian, check_inner_output, gradient
 from fullcomp.errors import OptionError
 
 LAYOUTS = ("dense", "kept")
@@ -100,6 +101,28 @@ class EntryMap:
         with torch.no_grad():
             out = self.problem.inner(values.reshape(self.shape), batch)
         return self.mean(check_inner_output(out, self.problem.n, where).detach().to(dtype))
+
+    def pullback(
+        self, point: torch.Tensor, batch: Any, dtype: torch.dtype, where: str
+    ) -> tuple[torch.Tensor, Callable[[Any], torch.Tensor]]:
+        """(f~ at a flat point on one batch, w -> J^T w): the value, and the gradient of <w, f~> in the flat
+        point by one backward pass through the same call (cheaper than the n rows of J when only one
+        combination of them is needed, as for a gradient of F(f(x))); both averaged over the ranks."""
+        point = point.detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = self.problem.inner(self.read(point).reshape(self.shape), batch)
+            out = check_inner_output(out, self.problem.n, where)
+        value = self.mean(out.detach().to(dtype))
+
+        def vjp(w: Any) -> torch.Tensor:
+            grad = None
+            if out.requires_grad:  # a map constant in x (or one that detached it) has a zero gradient
+                with torch.enable_grad():
+                    (grad,) = gradient((out * torch.as_tensor(w, dtype=out.dtype, device=out.device)).sum(), (point,))
+            grad = torch.zeros_like(point) if grad is None else grad
+            return self.mean(grad.detach().to(dtype))
+
+        return value, vjp
 
     def mean(self, t: torch.Tensor) -> torch.Tensor:
         """The ranks' mean of a quantity each rank computes on its own batch (itself in one process)."""

@@ -229,6 +229,9 @@ class AtomicForm:
     indexing them one by one took 6 ms a step.  A form is not changed by :meth:`blend`.
     """
 
+    #: The atoms' dense points as the rows of one array, built once for a form's active-set operations.
+    _rows: np.ndarray | None = None  # also for forms read back from checkpoints written before it
+
     def __init__(self, atoms: list[Atom] | None = None, raw: np.ndarray | None = None, scale: float = 1.0):
         self._atoms = [] if atoms is None else list(atoms)
         self.count = len(self._atoms)  # this form's atoms are the first ``count`` of the shared list
@@ -275,8 +278,97 @@ class AtomicForm:
             raw[j] += w
         form = AtomicForm.__new__(AtomicForm)
         form._atoms, form.count, form.raw, form.scale = shared, count + len(added), raw, scale
+        form._rows = None
         latest = dict.fromkeys(touched)
         form.recent = tuple(list(latest) + [j for j in recent if j not in latest])[:RECENT]
+        return form
+
+    # The active set of a Frank-Wolfe method with corrective steps (Lacoste-Julien and Jaggi 2015): the atoms
+    # are vertices of a polytope, found again by their values (an LMO returns a fresh array for a vertex it
+    # returned before), and each operation gives a new form with the weights it computes exactly as written.
+
+    @classmethod
+    def vertex(cls, point: np.ndarray) -> AtomicForm:
+        """The form of one vertex (or any start point) with weight 1."""
+        form = cls([DenseAtom(np.asarray(point, dtype=np.float64).reshape(-1))], np.ones(1))
+        form._rows = form.atoms[0].point[None, :].copy()
+        return form
+
+    def weights(self) -> np.ndarray:
+        """The atoms' weights (a fresh array)."""
+        return self.scale * self.raw
+
+    def rows(self) -> np.ndarray:
+        """The atoms' flat dense points as the rows of an array."""
+        if self._rows is None:
+            self._rows = np.stack([np.asarray(a.dense(), dtype=np.float64).reshape(-1) for a in self.atoms])
+        return self._rows
+
+    def point(self) -> np.ndarray:
+        """sum_j w_j a_j, flat."""
+        return self.weights() @ self.rows()
+
+    def scores(self, g: np.ndarray) -> np.ndarray:
+        """<g, a_j> for every atom."""
+        return self.rows() @ g
+
+    def extremes(self, g: np.ndarray) -> tuple[int, int, np.ndarray]:
+        """(argmax, argmin, scores) of <g, a_j>: the away atom and the local Frank-Wolfe atom of the gradient g."""
+        scores = self.scores(g)
+        return int(np.argmax(scores)), int(np.argmin(scores)), scores
+
+    def toward(self, v: np.ndarray, gamma: float) -> AtomicForm:
+        """(1 - gamma) self + gamma v: a Frank-Wolfe step to the vertex v."""
+        return self._with((1 - gamma) * self.weights()).add(v, gamma)
+
+    def away(self, j: int, gamma: float) -> AtomicForm:
+        """(1 + gamma) self - gamma a_j: an away step from atom j."""
+        w = (1 + gamma) * self.weights()
+        w[j] -= gamma
+        return self._with(w)
+
+    def shift(self, j: int, v: np.ndarray, gamma: float) -> AtomicForm:
+        """self + gamma (v - a_j): weight gamma moves from atom j to the vertex v (a pairwise step)."""
+        w = self.weights()
+        w[j] -= gamma
+        return self._with(w).add(v, gamma)
+
+    def add(self, v: np.ndarray, gamma: float) -> AtomicForm:
+        """The form with gamma added to the weight of the vertex v (a new atom when v is not one of them)."""
+        rows, w = self.rows(), self.weights()
+        same = np.flatnonzero((rows == v).all(axis=1))
+        if same.size:
+            w[same[0]] += gamma
+            return self._with(w)
+        form = AtomicForm([*self.atoms, DenseAtom(np.array(v, dtype=np.float64))], np.append(w, gamma))
+        form._rows = np.vstack([rows, v])
+        return form
+
+    def drop(self, j: int) -> AtomicForm:
+        """The form without atom j (a drop step: its weight reached 0)."""
+        w = self.weights()
+        w[j] = 0.0
+        return self._with(w).pruned()
+
+    def pruned(self) -> AtomicForm:
+        """The form without the atoms whose weight is not positive."""
+        w = self.weights()
+        keep = w > 0
+        if keep.all():
+            return self._with(w)
+        form = AtomicForm([a for a, kept in zip(self.atoms, keep) if kept], w[keep])
+        form._rows = self.rows()[keep]
+        return form
+
+    def renormalized(self) -> AtomicForm:
+        """The form with its weights divided by their sum (rounding moves the sum off 1 over many steps)."""
+        w = self.weights()
+        return self._with(w / w.sum())
+
+    def _with(self, weights: np.ndarray) -> AtomicForm:
+        """This form's atoms with other weights."""
+        form = AtomicForm(self.atoms, weights)
+        form._rows = self._rows
         return form
 
 

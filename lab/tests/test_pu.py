@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import fullcomp as fc
-from fullcomp.algorithms.dc import StepDecay, dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
+from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.errors import DataError, ModelError, OptionError
+from fullcomp.steps import StepDecay
 from fullcomp_lab import cli, pu
 from fullcomp_lab.datasets import images
 from fullcomp_lab.datasets.pu import pu_problem, pu_risk, pu_split
@@ -217,10 +218,10 @@ def test_pu_risk_equals_a_direct_numpy_computation(digits_pu) -> None:
 
 SETTINGS = {
     "sgd": {"eta": 0.1},
-    "sdca": {"eta": 0.1, "outer": 0.9, "inner_iters": 5},
+    "sdca": {"eta": 0.1, "anchor_step": 0.9, "inner_iters": 5},
     "ssdc-spg": {"eta": 1.0, "gamma": 1.0, "inner_iters": 2},
     "ssdc-adagrad": {"eta": 0.1, "gamma": 1.0, "inner_iters": 2},
-    "sbcd": {"eta": 0.1, "mu": 1.0, "inner_iters": 5, "outer": 1.0},
+    "sbcd": {"eta": 0.1, "mu": 1.0, "inner_iters": 5, "envelope_step": 1.0},
     "smag": {"eta1": 0.1, "eta0": 0.5, "gamma": 1.0},
 }
 
@@ -243,8 +244,8 @@ def test_dc_results_report_the_exact_objective_and_the_decay(digits_pu) -> None:
     result = dc_sgd(problem, eta=0.1, iters=20, decay=StepDecay((10,)))
     assert result.history[-1]["objective"] == pytest.approx(pu_risk(digits_pu, result.x, ridge=0.01), rel=1e-5)
     assert [row["lr"] for row in result.history.rows[8:12]] == pytest.approx([0.1, 0.1, 0.01, 0.01])
-    assert StepDecay((3, 6))(2) == 1 and StepDecay((3, 6))(3) == pytest.approx(0.1)
-    assert StepDecay((3, 6))(7) == pytest.approx(0.01)
+    assert StepDecay((3, 6)).step_size(2) == 1 and StepDecay((3, 6)).step_size(3) == pytest.approx(0.1)
+    assert StepDecay((3, 6)).step_size(7) == pytest.approx(0.01)
     # SBCD returns the averaged estimate of prox_{mu Phi}(w) and keeps the anchor w.
     res = sbcd(problem, eta=0.1, mu=1.0, inner_iters=5, iters=10)
     w = res.points["w"]
@@ -255,13 +256,13 @@ def test_dc_methods_reject_bad_options(digits_pu) -> None:
     problem = pu_problem(digits_pu)
     with pytest.raises(OptionError, match=r"eta must be a number in \(0, inf\)"):
         dc_sgd(problem, eta=-1.0, iters=2)
-    with pytest.raises(OptionError, match=r"outer must be a number in \(0, 1\]"):
-        sdca(problem, eta=0.1, outer=1.5, inner_iters=2, iters=2)
+    with pytest.raises(OptionError, match=r"anchor_step must be a number in \(0, 1\]"):
+        sdca(problem, eta=0.1, anchor_step=1.5, inner_iters=2, iters=2)
     with pytest.raises(OptionError, match=r"inner_iters must be an int in \[1, inf\)"):
         ssdc_spg(problem, eta=0.1, gamma=1.0, inner_iters=0, iters=2)
     with pytest.raises(OptionError, match=r"G must be a number in \[0, inf\)"):
         ssdc_adagrad(problem, eta=0.1, gamma=1.0, inner_iters=2, G=-1.0, iters=2)
-    with pytest.raises(OptionError, match="decay must be a callable"):
+    with pytest.raises(OptionError, match="decay must be a step-size rule"):
         dc_sgd(problem, eta=0.1, iters=2, decay=0.1)
     minmax = fc.DMaxProblem(lambda x, y, b: x @ x - y @ y, lambda x, b: x.sum(), x0=torch.zeros(2), y0=torch.zeros(2))
     with pytest.raises(ModelError, match="without y0/z0"):
@@ -282,7 +283,7 @@ def test_dc_baselines_apply_to_any_dc_problem() -> None:
     problem = fc.DMaxProblem(phi, psi, x0=torch.zeros(3), sampler=lambda g: target, full_batch=target)
     for fn, opts in [
         (dc_sgd, {"eta": 0.1}),
-        (sdca, {"eta": 0.1, "outer": 0.9, "inner_iters": 5}),
+        (sdca, {"eta": 0.1, "anchor_step": 0.9, "inner_iters": 5}),
         (ssdc_spg, {"eta": 0.5, "gamma": 1.0, "inner_iters": 5}),
         (ssdc_adagrad, {"eta": 0.5, "gamma": 1.0, "inner_iters": 5}),
         (sbcd, {"eta": 0.1, "mu": 1.0, "inner_iters": 5}),

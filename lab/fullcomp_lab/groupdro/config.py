@@ -67,7 +67,14 @@ METHODS: dict[str, GroupMethod] = {
         GroupMethod("hmsfw-cvar", "HMSFW, F = CVaR 0.5", "fullcomp", "balanced", ("factor",), "hmsfw", "cvar"),
         GroupMethod("scfw-max", "SCFW, F = max", "fullcomp", "balanced", ("factor",), "scfw", "max"),
         GroupMethod(
-            "psg-max", "PSG, F = max", "fullcomp", "balanced", ("factor", "eta"), "psg", "max", {"step": "constant"}
+            "psg-max",
+            "PSG, F = max",
+            "fullcomp",
+            "balanced",
+            ("factor", "eta"),
+            "psg",
+            "max",
+            {"step_size": "constant"},
         ),
     )
 }

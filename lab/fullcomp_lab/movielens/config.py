@@ -53,7 +53,7 @@ METHODS: dict[str, ProtocolMethod] = {
         *(_hmsfw(name, label, variant, fb) for name, label, variant in _HMSFW for fb in (False, True)),
         ProtocolMethod("scfw", "Vanilla SCFW", scfw, ("pool",)),
         ProtocolMethod("clipped-scfw", "Clipped SCFW", scfw, ("clip", "pool")),
-        ProtocolMethod("psg", "PSG", psg, ("eta",), {"step": "constant"}),
+        ProtocolMethod("psg", "PSG", psg, ("eta",), {"step_size": "constant"}),
         ProtocolMethod("prox-linear", "Prox-linear", prox_linear, ("M", "inner_iters")),
         ProtocolMethod(
             "linasa-icg", "LiNASA+ICG", linasa_icg, ("mu", "beta", "horizon", "delta", "smoothing", "icg_steps")

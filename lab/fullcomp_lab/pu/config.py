@@ -134,10 +134,10 @@ METHODS: dict[str, ProtocolMethod] = {
     m.name: m
     for m in (
         ProtocolMethod("sgd", "SGD", dc_sgd, ("eta",)),
-        ProtocolMethod("sdca", "SDCA", sdca, ("eta", "outer", "inner_iters")),
+        ProtocolMethod("sdca", "SDCA", sdca, ("eta", "anchor_step", "inner_iters")),
         ProtocolMethod("ssdc-spg", "SSDC-SPG", ssdc_spg, ("eta", "gamma", "inner_iters")),
         ProtocolMethod("ssdc-adagrad", "SSDC-Adagrad", ssdc_adagrad, ("eta", "gamma", "inner_iters")),
-        ProtocolMethod("sbcd", "SBCD", sbcd, ("eta", "mu", "inner_iters", "outer")),
+        ProtocolMethod("sbcd", "SBCD", sbcd, ("eta", "mu", "inner_iters", "envelope_step")),
         ProtocolMethod("smag", "SMAG", smag_run, ("eta1", "eta0", "gamma")),
     )
 }
@@ -163,9 +163,9 @@ SCHEMA = ConfigSchema(DEFAULT_CONFIG, "pass the JSON written by tune_pu", check_
 load_config = SCHEMA.load
 
 
-#: Section 5.1's grids.  "eta" (eta1 for SMAG) is the learning rate of every method; "outer" of SDCA and
+#: Section 5.1's grids.  "eta" (eta1 for SMAG) is the learning rate of every method; "anchor_step" of SDCA and
 #: "eta0" of SMAG the outer rates; "inner_iters" the inner loops; mu of SBCD and gamma of SMAG from PROX,
-#: and 1/gamma of SSDC from PROX (so gamma = 1/value).  SBCD's outer step (gamma/mu of AGD-SBCD) is not in
+#: and 1/gamma of SSDC from PROX (so gamma = 1/value).  SBCD's envelope_step (gamma/mu of AGD-SBCD) is not in
 #: the paper's list: it is searched over AGD-SBCD's own {0.1, 1, 2}.
 LR = [10.0, 1.0, 0.2, 0.1, 0.01, 0.001]
 OUTER = [0.1, 0.5, 0.9]

@@ -31,10 +31,10 @@ from fullcomp_lab.pu.runs import run_method
 
 DEFAULT_GRIDS: dict[str, dict[str, list]] = {
     "sgd": {"eta": LR},
-    "sdca": {"eta": LR, "outer": OUTER, "inner_iters": INNER},
+    "sdca": {"eta": LR, "anchor_step": OUTER, "inner_iters": INNER},
     "ssdc-spg": {"eta": LR, "gamma": [1 / v for v in PROX], "inner_iters": INNER},
     "ssdc-adagrad": {"eta": LR, "gamma": [1 / v for v in PROX], "inner_iters": INNER},
-    "sbcd": {"eta": LR, "mu": PROX, "inner_iters": INNER, "outer": [0.1, 1.0, 2.0]},
+    "sbcd": {"eta": LR, "mu": PROX, "inner_iters": INNER, "envelope_step": [0.1, 1.0, 2.0]},
     "smag": {"eta1": LR, "eta0": OUTER, "gamma": PROX},
 }
 
