@@ -28,6 +28,7 @@ steps need a polytope (a set with ``polytope = True``), whose LMO returns one of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,7 +45,7 @@ from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.oracles import InnerOracle
 from fullcomp.oracles.entries import EntryMap
-from fullcomp.run import Result, RunOptions
+from fullcomp.run import Readout, Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.sets.base import Set
 from fullcomp.validation import NONE, Options, Param, positive
@@ -317,28 +318,39 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             row["atoms"] = len(state.weights)
         return row
 
-    def finish(state: FWState, history: Any, info: dict) -> Result:
-        extras = {"L": state.L}
-        if state.weights is not None:
-            extras["atoms"] = [(a.reshape(shape), float(w)) for a, w in zip(state.vertices, state.weights)]
-        return Result(state.x.reshape(shape), history, info, **extras)
-
     step = glmo_step if solver is not None else frank_wolfe_step if state.weights is not None else gradient_step
     info = {"step": step_kind, "line_search": line_search, "direction": "gradient" if smooth else "glmo"}
     if solver is not None:
         info["glmo_route"] = solver.route
-    return Plan(
-        step,
-        state,
-        iterate=lambda s: s.x.reshape(shape),
-        finish=finish,
-        observe=observe,
-        objective=lambda s: phi(s.x, "evaluating the objective"),
-        gap="gap",
-        components={} if solver is None else {"glmo": solver},
-        info=info,
-        progress_key="gap",
-    )
+    readout = FWReadout(shape, observe, phi)
+    return Plan(step, state, readout, components={} if solver is None else {"glmo": solver}, info=info)
+
+
+class FWReadout(Readout):
+    """fw's states reported: the exact phi, the final state's gap, the active set and L as outputs."""
+
+    outputs = {
+        "atoms": "the active set [(vertex, weight)] (on a polytope with a smooth F)",
+        "L": "the line search's last estimate of the smoothness constant",
+    }
+    gap = progress = "gap"
+
+    def __init__(self, shape: tuple, observe: Callable[[FWState, int], dict], phi: Callable[[Any, str], float]):
+        self.shape, self.observe, self.phi = shape, observe, phi
+
+    def iterate(self, state: FWState) -> torch.Tensor:
+        return state.x.reshape(self.shape)
+
+    def objective(self, state: FWState) -> float:
+        return self.phi(state.x, "evaluating the objective")
+
+    def returned(self, state: FWState) -> dict:
+        if state.weights is None:
+            return {"L": state.L}
+        return {
+            "L": state.L,
+            "atoms": [(a.reshape(self.shape), float(w)) for a, w in zip(state.vertices, state.weights)],
+        }
 
 
 FW = register(
