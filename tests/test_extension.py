@@ -43,6 +43,11 @@ def test_the_users_method_passes_the_contract(user_method):
     assert "sfw" in fc.describe() and "gamma_k = c / (k + c)" in fc.describe("sfw")
 
 
+class PointReadout(fc.Readout):
+    def iterate(self, state):
+        return state["x"]
+
+
 def test_the_contract_test_fails_a_method_that_keeps_state_outside_its_state(monkeypatch):
     # The step counts its calls in a closure, which no checkpoint sees: a resumed run takes other steps.
     monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
@@ -56,7 +61,7 @@ def test_the_contract_test_fails_a_method_that_keeps_state_outside_its_state(mon
             return {"x": x}, {"objective_estimate": float(x.abs().sum())}
 
         x0 = torch.as_tensor(problem.x0, dtype=run.dtype)
-        return fc.Plan(step, {"x": x0}, lambda s: s["x"], lambda s, h, info: fc.Result(s["x"], h, info))
+        return fc.Plan(step, {"x": x0}, PointReadout())
 
     fc.register(fc.Method("leaky", fc.CompositeProblem, (), setup, "keeps a counter out of its state"))
     with pytest.raises(AssertionError, match="resumed run"):

@@ -113,12 +113,11 @@ def test_the_weights_are_saved_loaded_and_plotted(tmp_path):
     assert tmp_path / "weights.png" in paths and (tmp_path / "weights.png").stat().st_size > 0
 
 
-def test_a_results_outputs_are_declared_fields():
-    """Each family returns its declared outputs, and None for the others; a name that is not declared is
-    refused, and the DC methods' other points are in ``points``."""
+def test_a_results_outputs_are_the_ones_its_method_declares():
+    """Each method's result holds the outputs its readout declares (None where the run has none); a name it
+    does not declare is refused by the readout and by the result, and the DC methods' other points are in
+    ``points``."""
     from contract_cases import run
-
-    from fullcomp.run.result import OUTPUTS
 
     expected = {
         "hmsfw": {"V", "z", "x_entries", "atoms", "x_start_weight"},
@@ -131,7 +130,21 @@ def test_a_results_outputs_are_declared_fields():
     }
     for method, outputs in expected.items():
         result = run(method, iters=2)
-        assert {name for name in OUTPUTS if getattr(result, name) is not None} == outputs, method
-    assert run("sbcd", iters=2).points.keys() >= {"w", "v_phi", "v_psi"}
-    with pytest.raises(TypeError, match="points="):
-        fc.Result(torch.zeros(2), fc.History([]), {}, anchor=torch.zeros(2))
+        assert {name for name, value in result.outputs.items() if value is not None} == outputs, method
+        assert all(getattr(result, name) is value for name, value in result.outputs.items())
+    sbcd = run("sbcd", iters=2)
+    assert sbcd.points.keys() >= {"w", "v_phi", "v_psi"} and sbcd.outputs == {}
+    with pytest.raises(AttributeError, match="no output 'V'.*points"):
+        sbcd.V
+
+    class Stray(fc.Readout):
+        outputs = {"V": "a tracker"}
+
+        def iterate(self, state):
+            return state
+
+        def returned(self, state):
+            return {"anchor": state}
+
+    with pytest.raises(TypeError, match="'anchor'.*points="):
+        Stray().result(torch.zeros(2), fc.History([]), {})

@@ -467,3 +467,6 @@ def test_the_tracked_model_names_a_tracker_it_does_not_have():
     for bad in ({"tracker": "stormy"}, {"variant": "adam"}, {"layout": "sparse"}):
         with pytest.raises(OptionError, match=next(iter(bad))):
             fc.TrackedModel(problem, "cpu", torch.float64, torch.Generator(), **bad)
+    for old, new in (("jacobian", "tracker"), ("value", "variant")):
+        with pytest.raises(OptionError, match=f"'{old}'.*'{new}'"):
+            fc.TrackedModel(problem, "cpu", torch.float64, torch.Generator(), **{old: "polyak"})
