@@ -159,7 +159,9 @@ def test_stepper_equals_smag():
     res = fc.smag(problem, **OPTS)
     opt = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.2, eta1=0.1, seed=3, dtype=F64)
     rows = [opt.step() for _ in range(OPTS["iters"])]
-    assert torch.equal(opt.x, res.x) and torch.equal(opt.outputs["x_phi"], res.x_phi) and torch.equal(opt.outputs["x_psi"], res.x_psi)
+    outputs = opt.outputs
+    assert torch.equal(opt.x, res.x) and torch.equal(outputs["x_phi"], res.x_phi)
+    assert torch.equal(outputs["x_psi"], res.x_psi)
     assert [r["phi_value"] for r in rows] == res.history.column("phi_value")[:-1].tolist()
     # A user-drawn batch works the same way.
     opt2 = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.2, eta1=0.1, dtype=F64)
