@@ -148,3 +148,11 @@ def test_a_results_outputs_are_the_ones_its_method_declares():
 
     with pytest.raises(TypeError, match="'anchor'.*points="):
         Stray().result(torch.zeros(2), fc.History([]), {})
+
+
+def test_a_run_without_a_dense_iterate_saves_the_output_standing_in_for_it(tmp_path):
+    kept = torch.arange(4, dtype=torch.float64)
+    result = fc.Result(None, fc.History([{"k": 0}]), {"method": "hmsfw"}, stand_in="x_entries", x_entries=kept)
+    loaded = fc.Result.load(result.save(tmp_path / "run"))
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.npy")) == ["x_entries.npy"]
+    assert loaded.x is None and loaded.stand_in == "x_entries" and torch.equal(loaded.x_entries, kept)

@@ -43,10 +43,9 @@ class ProxLinearState(Tracked):
 class Subproblem:
     """x_{k+1} ~ argmin_{x in X} F(z_k + V_k (x - x_k), x) + (M/2) ||x - x_k||^2, in J inner iterations."""
 
-    def __init__(self, problem: CompositeProblem, model: TrackedModel, calculus: OuterCalculus, J: int):
-        self.domain, self.outer, self.calculus, self.J = problem.domain, problem.outer, calculus, J
+    def __init__(self, problem: CompositeProblem, model: TrackedModel, calculus: OuterCalculus, M: float, J: int):
+        self.domain, self.outer, self.calculus, self.M, self.J = problem.domain, problem.outer, calculus, M, J
         self.entries = model.entries
-        self.M = 1.0  # set by the plan once the first sample gives its default
 
     def dense_x(self, x: torch.Tensor) -> Any:
         # A dense copy of x only when F reads it.
@@ -113,14 +112,14 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     calculus = OuterCalculus(problem.outer)
     route = solver_route(hp["subproblem"], calculus)
     model, sched = tracked_model(problem, hp, run), schedule_of(hp, run)
-    subproblem = Subproblem(problem, model, calculus, hp["inner_iters"])
-    solve_subproblem = subproblem.dual if route == "dual" else subproblem.subgradient
 
     # Set-up (the first sample and the default M), not optimizer time, as for hmsfw.
     tracked = model.start(torch.as_tensor(problem.x0, dtype=run.dtype, device=run.device).reshape(-1))
     lam = torch.full((problem.n,), 1.0 / problem.n, dtype=run.dtype, device=run.device)
     state = ProxLinearState(**vars(tracked), lam=lam)
-    subproblem.M = hp["M"] if hp["M"] is not None else default_M(problem, model, calculus, state)
+    M = hp["M"] if hp["M"] is not None else default_M(problem, model, calculus, state)
+    subproblem = Subproblem(problem, model, calculus, M, hp["inner_iters"])
+    solve_subproblem = subproblem.dual if route == "dual" else subproblem.subgradient
 
     def step(state: ProxLinearState, k: int) -> tuple[ProxLinearState, dict]:
         x_next, lam, row = solve_subproblem(state)
