@@ -11,12 +11,13 @@ from fullcomp.algorithms import hmsfw, scfw
 from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg
 from fullcomp.algorithms.fw import fw
 from fullcomp.algorithms.linasa import linasa_icg
-from fullcomp.algorithms.method import Method, Plan, describe, methods, register, solve
+from fullcomp.algorithms.method import Method, Plan, Readout, describe, methods, register, solve
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
 from fullcomp.algorithms.prox_linear import prox_linear
 from fullcomp.algorithms.psg import psg
-from fullcomp.algorithms.smag import SMAGStepper, smag
+from fullcomp.algorithms.smag import smag
 from fullcomp.algorithms.stepper import Stepper
+from fullcomp.algorithms.tracked import TrackedReadout
 from fullcomp.glmo import GLMOResult, build_glmo
 from fullcomp.loaders import LoaderSampler
 from fullcomp.model import (
@@ -89,15 +90,26 @@ __all__ = [
     "GLMOResult",
     "DMaxProblem",
     "smag",
-    "SMAGStepper",
     "Stepper",
     "stationarity",
     "Stationarity",
 ]
-__all__ += ["fw", "psg", "prox_linear", "linasa_icg", "solve", "methods", "describe", "Method", "register", "Plan"]
+__all__ += [
+    "fw",
+    "psg",
+    "prox_linear",
+    "linasa_icg",
+    "solve",
+    "methods",
+    "describe",
+    "Method",
+    "register",
+    "Plan",
+    "Readout",
+]
 __all__ += ["distributed", "tune_allocator", "optim"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
-__all__ += ["risk_weights", "Tracked", "TrackedModel"]
+__all__ += ["risk_weights", "Tracked", "TrackedModel", "TrackedReadout"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]

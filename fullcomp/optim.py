@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from fullcomp.algorithms.stepper import Stepper
+from fullcomp.algorithms.tracked import TrackedReadout
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.sets.base import Set
@@ -207,9 +208,8 @@ class CompositeOptimizer(_SteppedOptimizer):
     @property
     def weights(self) -> np.ndarray | None:
         """The weights F puts on each inner value at the tracked values (the adversary's q): what to log."""
-        if self.stepper is None or self.stepper.plan.weights is None:
-            return None
-        return np.asarray(self.stepper.plan.weights(self.stepper.state))
+        readout = None if self.stepper is None else self.stepper.plan.readout
+        return readout.weights(self.stepper.state) if isinstance(readout, TrackedReadout) else None
 
 
 class SMAG(_SteppedOptimizer):

@@ -152,7 +152,7 @@ def check_method(name: str, problem: Callable[..., Any] | None = None, **require
     assert base.status == "iterations" and base.info["method"] == name, f"{name}: status {base.status!r}"
     rows = base.history.rows
     assert [r["k"] for r in rows] == list(range(6)), f"{name}: rows {[r['k'] for r in rows]}, not 0..5"
-    for row in rows:  # every update's row; the closing row (the final state's) has what plan.observe gives
+    for row in rows:  # every update's row; the closing row (the final state's) has what the readout's observe gives
         needed = {"k", "time"} if row is rows[-1] else {"k", "time", "objective_estimate"}
         missing = needed - set(row)
         assert not missing, f"{name}: row {row['k']} lacks {sorted(missing)}"

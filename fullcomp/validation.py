@@ -216,26 +216,11 @@ class Param:
         return [v for v in candidates if not self._accept(v)[0]]
 
 
-#: (method, a name its option had) -> the option's name: the old name is an error that names the new one.
-RENAMED: dict[tuple[str, str], str] = {}
-
-
-def renamed(method: str, **names: str) -> None:
-    """Declare that ``method``'s options ``old=new`` were renamed: passing ``old`` raises an OptionError naming
-    ``new`` instead of a plain unknown-option error."""
-    RENAMED.update({(method, old): new for old, new in names.items()})
-
-
 def check_params(params: Iterable[Param], given: Mapping[str, Any], method: str) -> dict[str, Any]:
     """Every declared hyperparameter resolved from ``given`` (defaults filled in); unknown names are errors."""
     params = list(params)
     names = {p.name for p in params}
     unknown = [k for k in given if k not in names]
-    moved = {k: RENAMED[method, k] for k in unknown if (method, k) in RENAMED}
-    if moved:
-        raise OptionError(
-            f"{method}: " + "; ".join(f"the option {old!r} is named {new!r}: pass {new}=" for old, new in moved.items())
-        )
     if unknown:
         import difflib
 
@@ -260,8 +245,6 @@ def check_params(params: Iterable[Param], given: Mapping[str, Any], method: str)
 
 __all__ = [
     "REQUIRED",
-    "RENAMED",
-    "renamed",
     "Constraint",
     "Interval",
     "Options",

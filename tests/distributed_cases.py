@@ -288,7 +288,7 @@ RUNS = {  # name: (problem builder, method, options)
     "clipped-scfw-sharded": (sharded, "clipped-scfw", {"max_pricing": 4, "clip": 0.05}),
     "psg-sharded": (sharded, "psg", {"eta": 0.5}),
     "prox-linear-sharded": (sharded, "prox-linear", {}),
-    "prox-linear-subgradient-sharded": (sharded, "prox-linear", {"inner": "subgradient"}),
+    "prox-linear-subgradient-sharded": (sharded, "prox-linear", {"subproblem": "subgradient"}),
     "linasa-icg-sharded": (sharded, "linasa-icg", {"icg_steps": "sqrt"}),
 }
 

@@ -248,7 +248,7 @@ def test_away_steps_on_the_catalogs_polytopes_reach_cvxpys_optimum():
 
 def test_the_old_option_name_is_an_error_naming_corrective():
     problem, _, _, _ = face_problem()
-    with pytest.raises(OptionError, match="'step' is named 'corrective'"):
+    with pytest.raises(OptionError, match="no option 'step': it is named 'corrective'"):
         fc.solve(problem, "fw", step="away", iters=2, progress=False)
 
 

@@ -253,7 +253,7 @@ def test_prox_linear_dual_ascent_solves_the_subproblem_with_a_certificate():
     domain, M = fc.L1Ball(D, 2.0), 2.0
     problem = softplus_problem(cp.max, domain, scale=0.0)
     res = fc.prox_linear(problem, iters=1, M=M, inner_iters=200, schedule="exact", progress=False)
-    assert res.info["inner"] == "dual"
+    assert res.info["subproblem"] == "dual"
     row = res.history[0]
     value, x_star = subproblem(cp.max, domain, M)
     # Weak duality: model_value - inner_gap <= min <= model_value; M-strong convexity bounds the distance.
@@ -270,7 +270,7 @@ def test_prox_linear_subgradient_route_approaches_the_subproblem_solution():
     errors = []
     for J in (4, 120):
         res = fc.prox_linear(problem, iters=1, M=M, inner_iters=J, schedule="exact", progress=False)
-        assert res.info["inner"] == "subgradient"
+        assert res.info["subproblem"] == "subgradient"
         errors.append(res.history[0]["model_value"] - value)
     assert errors[0] >= -1e-7 and errors[1] >= -1e-7
     assert errors[1] < errors[0] and errors[1] < 3e-3  # O(1/J): 3.6e-3 at J = 60
@@ -402,7 +402,8 @@ def test_declared_reads_give_the_dense_iterates(method):
         ("prox_linear", {"M": -2.0}, "M"),
         ("prox_linear", {"inner_iters": 0}, "inner_iters"),
         ("prox_linear", {"inner_iters": 1.5}, "inner_iters"),
-        ("prox_linear", {"inner": "newton"}, "inner"),
+        ("prox_linear", {"subproblem": "newton"}, "subproblem"),
+        ("prox_linear", {"inner": "dual"}, "subproblem"),
         ("linasa_icg", {"mu": 0.0}, "mu"),
         ("linasa_icg", {"mu": -0.1}, "mu"),
         ("linasa_icg", {"beta": 0.0}, "beta"),
@@ -431,14 +432,14 @@ def test_a_renamed_option_is_an_error_naming_the_new_name(method, old, new, requ
     from contract_cases import CASES
 
     problem = CASES[method][0]()
-    with pytest.raises(OptionError, match=rf"'{old}' is named '{new}'"):
+    with pytest.raises(OptionError, match=rf"no option '{old}': it is named '{new}'"):
         fc.solve(problem, method, iters=1, progress=False, **required, **{old: 0.5})
 
 
 def test_options_that_need_max_type_outer_are_refused_for_cvar():
     problem = softplus_problem(lambda u: fc.cvar(u, 0.5), fc.L1Ball(D, 2.0))
-    with pytest.raises(OptionError, match="inner='dual'"):
-        fc.prox_linear(problem, iters=2, inner="dual", progress=False)
+    with pytest.raises(OptionError, match="subproblem='dual'"):
+        fc.prox_linear(problem, iters=2, subproblem="dual", progress=False)
     with pytest.raises(OptionError, match="smoothing='lse'"):
         fc.linasa_icg(problem, iters=2, smoothing="lse", progress=False)
     with pytest.raises(OptionError, match="horizon"):

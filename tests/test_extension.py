@@ -15,6 +15,7 @@ import fullcomp as fc
 from fullcomp.algorithms import method as method_module
 from fullcomp.errors import OptionError
 from fullcomp.testing import check_method, composite_problem
+from fullcomp.validation import Param, positive
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "extending.md"
@@ -43,6 +44,11 @@ def test_the_users_method_passes_the_contract(user_method):
     assert "sfw" in fc.describe() and "gamma_k = c / (k + c)" in fc.describe("sfw")
 
 
+class PointReadout(fc.Readout):
+    def iterate(self, state):
+        return state["x"]
+
+
 def test_the_contract_test_fails_a_method_that_keeps_state_outside_its_state(monkeypatch):
     # The step counts its calls in a closure, which no checkpoint sees: a resumed run takes other steps.
     monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
@@ -56,7 +62,7 @@ def test_the_contract_test_fails_a_method_that_keeps_state_outside_its_state(mon
             return {"x": x}, {"objective_estimate": float(x.abs().sum())}
 
         x0 = torch.as_tensor(problem.x0, dtype=run.dtype)
-        return fc.Plan(step, {"x": x0}, lambda s: s["x"], lambda s, h, info: fc.Result(s["x"], h, info))
+        return fc.Plan(step, {"x": x0}, PointReadout())
 
     fc.register(fc.Method("leaky", fc.CompositeProblem, (), setup, "keeps a counter out of its state"))
     with pytest.raises(AssertionError, match="resumed run"):
@@ -106,3 +112,26 @@ def test_fullcomp_run_takes_the_method_a_script_registers(user_method, tmp_path)
         [*command, str(tmp_path / "o2"), "--method", "sfv"], capture_output=True, text=True, timeout=300
     )
     assert wrong.returncode == 2 and "did you mean 'sfw'" in wrong.stderr
+
+
+def test_a_renamed_option_is_refused_naming_its_name(monkeypatch):
+    monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
+
+    def setup(problem, hp, run):
+        x0 = torch.as_tensor(problem.x0, dtype=run.dtype)
+        step = lambda state, k: (state, {"objective_estimate": 0.0})  # noqa: E731
+        return fc.Plan(step, {"x": x0}, PointReadout())
+
+    params = (Param("rate", (positive(),), 1.0, "the step"),)
+    spec = fc.register(fc.Method("renaming", fc.CompositeProblem, params, setup, "a rename", renamed={"lr": "rate"}))
+    with pytest.raises(OptionError, match="no option 'lr': it is named 'rate' \\(pass rate=0.5\\)"):
+        fc.solve(composite_problem(), "renaming", iters=1, lr=0.5, progress=False)
+    with pytest.raises(OptionError, match="'rate'"):
+        fc.Stepper(composite_problem(), "renaming", lr=0.5)
+    assert fc.solve(composite_problem(), "renaming", iters=1, rate=0.5, progress=False).status == "iterations"
+    assert method_module.preset(spec, "renaming-fast", "a preset", rate=2.0).renamed == {"lr": "rate"}
+    for renamed in ({"rate": "lr"}, {"lr": "speed"}):
+        with pytest.raises(ValueError, match="renamed"):
+            fc.register(fc.Method("stale", fc.CompositeProblem, params, setup, "a stale rename", renamed=renamed))
+    with pytest.raises(ValueError, match="adjustable"):
+        fc.register(fc.Method("loose", fc.CompositeProblem, params, setup, "adjusts", adjustable=("eta",)))

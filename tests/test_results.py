@@ -113,12 +113,11 @@ def test_the_weights_are_saved_loaded_and_plotted(tmp_path):
     assert tmp_path / "weights.png" in paths and (tmp_path / "weights.png").stat().st_size > 0
 
 
-def test_a_results_outputs_are_declared_fields():
-    """Each family returns its declared outputs, and None for the others; a name that is not declared is
-    refused, and the DC methods' other points are in ``points``."""
+def test_a_results_outputs_are_the_ones_its_method_declares():
+    """Each method's result holds the outputs its readout declares (None where the run has none); a name it
+    does not declare is refused by the readout and by the result, and the DC methods' other points are in
+    ``points``."""
     from contract_cases import run
-
-    from fullcomp.run.result import OUTPUTS
 
     expected = {
         "hmsfw": {"V", "z", "x_entries", "atoms", "x_start_weight"},
@@ -131,7 +130,29 @@ def test_a_results_outputs_are_declared_fields():
     }
     for method, outputs in expected.items():
         result = run(method, iters=2)
-        assert {name for name in OUTPUTS if getattr(result, name) is not None} == outputs, method
-    assert run("sbcd", iters=2).points.keys() >= {"w", "v_phi", "v_psi"}
-    with pytest.raises(TypeError, match="points="):
-        fc.Result(torch.zeros(2), fc.History([]), {}, anchor=torch.zeros(2))
+        assert {name for name, value in result.outputs.items() if value is not None} == outputs, method
+        assert all(getattr(result, name) is value for name, value in result.outputs.items())
+    sbcd = run("sbcd", iters=2)
+    assert sbcd.points.keys() >= {"w", "v_phi", "v_psi"} and sbcd.outputs == {}
+    with pytest.raises(AttributeError, match="no output 'V'.*points"):
+        getattr(sbcd, "V")  # noqa: B009 - the attribute access is what is tested
+
+    class Stray(fc.Readout):
+        outputs = {"V": "a tracker"}
+
+        def iterate(self, state):
+            return state
+
+        def returned(self, state):
+            return {"anchor": state}
+
+    with pytest.raises(TypeError, match="'anchor'.*points="):
+        Stray().result(torch.zeros(2), fc.History([]), {})
+
+
+def test_a_run_without_a_dense_iterate_saves_the_output_standing_in_for_it(tmp_path):
+    kept = torch.arange(4, dtype=torch.float64)
+    result = fc.Result(None, fc.History([{"k": 0}]), {"method": "hmsfw"}, stand_in="x_entries", x_entries=kept)
+    loaded = fc.Result.load(result.save(tmp_path / "run"))
+    assert sorted(p.name for p in (tmp_path / "run").glob("*.npy")) == ["x_entries.npy"]
+    assert loaded.x is None and loaded.stand_in == "x_entries" and torch.equal(loaded.x_entries, kept)

@@ -106,13 +106,13 @@ def test_dwc_deterministic_other_basin():
 def test_first_step_is_the_papers_update():
     x0 = torch.tensor([1.0, -1.0, 1.0], dtype=F64)
     gamma, eta0, eta1 = 0.5, 0.2, 0.1
-    opt = fc.SMAGStepper(dwc_problem(x0.tolist()), gamma=gamma, eta0=eta0, eta1=eta1, dtype=F64)
+    opt = fc.Stepper(dwc_problem(x0.tolist()), "smag", gamma=gamma, eta0=eta0, eta1=eta1, dtype=F64)
     row = opt.step()
     # x_phi^0 = x_psi^0 = x_0, so the proximal term vanishes in the first step.
     x_phi = x0 - eta1 * (torch.sign(x0) + x0)
     x_psi = x0 - eta1 * A_DWC * math.copysign(1.0, float(A_DWC @ x0 - B_DWC))
     G = (x_psi - x_phi) / gamma
-    assert torch.allclose(opt.x_phi, x_phi) and torch.allclose(opt.x_psi, x_psi)
+    assert torch.allclose(opt.outputs["x_phi"], x_phi) and torch.allclose(opt.outputs["x_psi"], x_psi)
     assert torch.allclose(opt.x, x0 - eta0 * G)
     assert row["grad_estimate_norm"] == pytest.approx(float(G.norm()))
     assert row["phi_value"] == pytest.approx(float(dwc_phi(x0, None)))

@@ -157,12 +157,14 @@ def test_seed_reproduces_and_distinguishes_runs():
 def test_stepper_equals_smag():
     problem = regression_problem()
     res = fc.smag(problem, **OPTS)
-    opt = fc.SMAGStepper(problem, gamma=0.5, eta0=0.2, eta1=0.1, seed=3, dtype=F64)
+    opt = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.2, eta1=0.1, seed=3, dtype=F64)
     rows = [opt.step() for _ in range(OPTS["iters"])]
-    assert torch.equal(opt.x, res.x) and torch.equal(opt.x_phi, res.x_phi) and torch.equal(opt.x_psi, res.x_psi)
+    outputs = opt.outputs
+    assert torch.equal(opt.x, res.x) and torch.equal(outputs["x_phi"], res.x_phi)
+    assert torch.equal(outputs["x_psi"], res.x_psi)
     assert [r["phi_value"] for r in rows] == res.history.column("phi_value")[:-1].tolist()
     # A user-drawn batch works the same way.
-    opt2 = fc.SMAGStepper(problem, gamma=0.5, eta0=0.2, eta1=0.1, dtype=F64)
+    opt2 = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.2, eta1=0.1, dtype=F64)
     g = torch.Generator().manual_seed(3)
     for _ in range(OPTS["iters"]):
         opt2.step(regression_sampler(g))
@@ -171,7 +173,7 @@ def test_stepper_equals_smag():
 
 def test_stepper_writes_into_a_module():
     problem = regression_problem("module")
-    opt = fc.SMAGStepper(problem, gamma=0.5, eta0=0.2, eta1=0.1, dtype=F64)
+    opt = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.2, eta1=0.1, dtype=F64)
     for _ in range(5):
         opt.step()
     target = linear_module()
@@ -196,7 +198,7 @@ def test_separate_samplers_for_phi_and_psi():
     assert problem.separate_samplers
     res = fc.smag(problem, gamma=0.5, eta0=0.1, eta1=0.1, iters=20, seed=0, progress=False, dtype=F64)
     assert ("phi", (2,)) in seen and ("psi", (5, 2)) in seen and ("phi", (5, 2)) not in seen
-    opt = fc.SMAGStepper(problem, gamma=0.5, eta0=0.1, eta1=0.1, dtype=F64)
+    opt = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.1, eta1=0.1, dtype=F64)
     g = torch.Generator().manual_seed(0)
     for _ in range(20):
         b = s_phi(g)  # the order smag draws in: phi's batch, then psi's
@@ -213,12 +215,12 @@ def test_random_output_is_a_replayable_iterate():
     t = res.info["output_index"]
     assert 1 <= t <= OPTS["iters"]
     assert res.history.column("phi_value").tolist() == last.history.column("phi_value").tolist()
-    opt = fc.SMAGStepper(problem, gamma=0.5, eta0=0.2, eta1=0.1, seed=3, dtype=F64)
+    opt = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.2, eta1=0.1, seed=3, dtype=F64)
     for _ in range(t - 1):
         opt.step()
     assert torch.equal(res.x, opt.x)  # x_{t-bar - 1}
     opt.step()
-    assert torch.equal(res.x_phi, opt.x_phi) and torch.equal(res.x_psi, opt.x_psi)
+    assert torch.equal(res.x_phi, opt.outputs["x_phi"]) and torch.equal(res.x_psi, opt.outputs["x_psi"])
 
 
 def test_random_output_index_is_uniform():
@@ -276,7 +278,7 @@ def test_step_sizes_must_be_positive(name, value):
     with pytest.raises(OptionError, match=name):
         fc.smag(problem, iters=5, progress=False, **opts)
     with pytest.raises(OptionError, match=name):
-        fc.SMAGStepper(problem, **opts)
+        fc.Stepper(problem, "smag", **opts)
 
 
 def test_eta1_above_gamma_over_two_warns():
@@ -284,7 +286,7 @@ def test_eta1_above_gamma_over_two_warns():
     with pytest.warns(UserWarning, match="eta1") as record:
         fc.smag(problem, gamma=0.5, eta0=0.1, eta1=0.3, iters=2, progress=False)
     with pytest.warns(UserWarning, match="eta1") as record_stepper:
-        fc.SMAGStepper(problem, gamma=0.5, eta0=0.1, eta1=0.3)
+        fc.Stepper(problem, "smag", gamma=0.5, eta0=0.1, eta1=0.3)
     assert record[0].filename == record_stepper[0].filename == __file__  # points at the caller's line
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -332,7 +334,7 @@ def test_non_finite_value_stops_with_the_last_finite_state():
     assert torch.isfinite(result.x).all() and torch.isfinite(result.x_phi).all()
     # That state is the one after five good iterations.
     calls[0] = 100
-    opt = fc.SMAGStepper(problem, gamma=1.0, eta0=0.1, eta1=0.1, dtype=F64)
+    opt = fc.Stepper(problem, "smag", gamma=1.0, eta0=0.1, eta1=0.1, dtype=F64)
     for _ in range(5):
         opt.step()
     assert torch.equal(result.x, opt.x)

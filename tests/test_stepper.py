@@ -90,17 +90,22 @@ def test_dmax_batches_and_options_a_stepper_refuses():
 
 
 def test_the_smag_steppers_state_dict_holds_its_hyperparameters():
-    one = fc.SMAGStepper(minimax(), gamma=0.5, eta0=0.1, eta1=0.1, seed=2)
+    one = fc.Stepper(minimax(), "smag", gamma=0.5, eta0=0.1, eta1=0.1, seed=2)
     one.step()
-    one.eta0 = 0.05  # changed between steps, as a schedule of the user's would
+    one.adjust(eta0=0.05)  # changed between steps, as a schedule of the user's would
+    assert one.adjustable == ("eta0", "eta1")
+    with pytest.raises(OptionError, match="eta0"):
+        one.adjust(eta0=-1.0)
+    with pytest.raises(OptionError, match="gamma"):
+        one.adjust(gamma=0.1)
     saved = one.state_dict()
     held = saved["hyperparameters"]
     assert (held["gamma"], held["eta0"], held["eta1"]) == (0.5, 0.05, 0.1)
-    two = fc.SMAGStepper(minimax(), gamma=0.5, eta0=0.1, eta1=0.1, seed=2)
+    two = fc.Stepper(minimax(), "smag", gamma=0.5, eta0=0.1, eta1=0.1, seed=2)
     two.load_state_dict(saved)
-    assert two.eta0 == 0.05 and two.k == 1
+    assert two.hyperparameters["eta0"] == 0.05 and two.k == 1
     one.step()
     two.step()
     assert torch.equal(flat(one.x), flat(two.x))
     with pytest.raises(CheckpointError, match="gamma"):
-        fc.SMAGStepper(minimax(), gamma=0.7, eta0=0.1, eta1=0.1).load_state_dict(saved)
+        fc.Stepper(minimax(), "smag", gamma=0.7, eta0=0.1, eta1=0.1).load_state_dict(saved)

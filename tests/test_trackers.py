@@ -465,6 +465,9 @@ def test_the_tracked_model_names_a_tracker_it_does_not_have():
     from fullcomp.errors import OptionError
 
     problem = value_noise_problem(affine_map)
-    for bad in ({"jacobian": "stormy"}, {"value": "adam"}, {"layout": "sparse"}):
+    for bad in ({"tracker": "stormy"}, {"variant": "adam"}, {"layout": "sparse"}):
         with pytest.raises(OptionError, match=next(iter(bad))):
             fc.TrackedModel(problem, "cpu", torch.float64, torch.Generator(), **bad)
+    for old, new in (("jacobian", "tracker"), ("value", "variant")):
+        with pytest.raises(OptionError, match=f"'{old}'.*'{new}'"):
+            fc.TrackedModel(problem, "cpu", torch.float64, torch.Generator(), **{old: "polyak"})

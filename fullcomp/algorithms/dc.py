@@ -41,10 +41,10 @@ from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.errors import ModelError
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.oracles.dmax import DMaxOracle
-from fullcomp.run import Result, RunOptions
+from fullcomp.run import Readout, Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.steps import DECAY, StepSize, multiplier
-from fullcomp.validation import NONE, REQUIRED, Interval, Param, positive, renamed
+from fullcomp.validation import NONE, REQUIRED, Interval, Param, positive
 
 Decay = StepSize | Callable[[int], float]
 
@@ -77,40 +77,42 @@ class DC:
 
     def plan(self, step: Callable, state: Any, output: str, info: dict, decay: Decay | None) -> Plan:
         """The driver's plan; the result's x is the state's field ``output``, the method's output point."""
-        problem, oracle = self.problem, self.oracle
+        info = {"output": output, **info, "decay": None if decay is None else repr(decay)}
+        return Plan(step, state, DCReadout(self.problem, self.oracle, output), info=info)
 
-        def values(s: Any, batches: tuple) -> tuple[float, float]:
-            point = getattr(s, output)
-            return oracle.values(*batches, phi_at=point, psi_at=point, where=f"at the output {output}")
 
-        def observe(s: Any, k: int) -> dict:
-            phi, psi = values(s, oracle.reference_batches())
-            return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi}
+class DCReadout(Readout):
+    """The DC baselines' states reported at the output point (the state's field ``output``); every other
+    point the method keeps (anchor, inner iterates) is in the result's ``points``."""
 
-        def objective(s: Any) -> float:
-            phi, psi = values(s, oracle.exact_batches())
-            return phi - psi
+    def __init__(self, problem: DMaxProblem, oracle: DMaxOracle, output: str):
+        self.problem, self.oracle, self.output = problem, oracle, output
 
-        def finish(s: Any, history: Any, info: dict) -> Result:
-            # Every point the method keeps (anchor, inner iterates) besides the output, in x0's container.
-            point = getattr(s, output)
-            points = {
-                key: problem.x.build(v)
-                for key, v in vars(s).items()
-                if key != "x" and isinstance(v, torch.Tensor) and v.shape == point.shape
-            }
-            return Result(problem.x.build(point), history, info, points=points)
+    def values(self, s: Any, batches: tuple) -> tuple[float, float]:
+        point = getattr(s, self.output)
+        return self.oracle.values(*batches, phi_at=point, psi_at=point, where=f"at the output {self.output}")
 
-        return Plan(
-            step,
-            state,
-            iterate=lambda s: problem.x.build(getattr(s, output)),
-            finish=finish,
-            observe=observe,
-            objective=objective if oracle.exact else None,
-            info={"output": output, **info, "decay": None if decay is None else repr(decay)},
-            progress_key="objective_estimate",
-        )
+    def iterate(self, s: Any) -> Any:
+        return self.problem.x.build(getattr(s, self.output))
+
+    def observe(self, s: Any, k: int) -> dict:
+        phi, psi = self.values(s, self.oracle.reference_batches())
+        return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi}
+
+    def objective(self, s: Any) -> float | None:
+        if not self.oracle.exact:
+            return None
+        phi, psi = self.values(s, self.oracle.exact_batches())
+        return phi - psi
+
+    def finish(self, s: Any, history: Any, info: dict) -> Result:
+        point = getattr(s, self.output)
+        points = {
+            key: self.problem.x.build(v)
+            for key, v in vars(s).items()
+            if key != "x" and isinstance(v, torch.Tensor) and v.shape == point.shape
+        }
+        return Result(self.problem.x.build(point), history, info, points=points)
 
 
 def _eta(doc: str) -> Param:
@@ -268,9 +270,9 @@ register(
         ),
         sdca_setup,
         "stochastic DC algorithm with SGD stages, Nitanda & Suzuki 2017 (SMAG paper's baseline A2)",
+        renamed={"outer": "anchor_step"},  # F is the problem's outer function
     )
 )
-renamed("sdca", outer="anchor_step")  # F is the problem's outer function
 
 
 def sdca(problem: DMaxProblem, **options: Any) -> Result:
@@ -448,9 +450,9 @@ register(
         ),
         sbcd_setup,
         "Moreau-envelope gradient steps with inner proximal subgradient loops, Yao et al. 2022 (baseline A5)",
+        renamed={"outer": "envelope_step"},  # F is the problem's outer function
     )
 )
-renamed("sbcd", outer="envelope_step")
 
 
 def sbcd(problem: DMaxProblem, **options: Any) -> Result:

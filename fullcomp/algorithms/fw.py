@@ -47,11 +47,11 @@ from fullcomp.glmo import build_glmo
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.oracles import InnerOracle
 from fullcomp.oracles.entries import EntryMap
-from fullcomp.run import Result, RunOptions
+from fullcomp.run import Readout, Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.sets.atoms import AtomicForm
 from fullcomp.steps import Adaptive, Line, ShortStep
-from fullcomp.validation import NONE, Options, Param, positive, renamed
+from fullcomp.validation import NONE, Options, Param, positive
 
 CORRECTIVE = ("vanilla", "away", "pairwise", "blended-pairwise")
 #: Non-affine CVXPY atoms differentiable on the interior of their domain, by class name (a subclass, such as
@@ -285,12 +285,6 @@ class FrankWolfe:
             row["atoms"] = len(state.active)
         return row
 
-    def finish(self, state: FWState, history: Any, info: dict) -> Result:
-        extras = {"L": state.L}
-        if state.active is not None:
-            extras["atoms"] = [(a.dense().reshape(self.shape), w) for a, w in state.active.pairs()]
-        return Result(state.x.reshape(self.shape), history, info, **extras)
-
 
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     smooth = refuse(problem, hp)
@@ -303,18 +297,34 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     info = {"corrective": hp["corrective"], "line_search": hp["line_search"], "direction": direction}
     if fw.solver is not None:
         info["glmo_route"] = fw.solver.route
-    return Plan(
-        step,
-        state,
-        iterate=lambda s: s.x.reshape(fw.shape),
-        finish=fw.finish,
-        observe=fw.observe,
-        objective=lambda s: fw.phi(s.x, "evaluating the objective"),
-        gap="gap",
-        components={} if fw.solver is None else {"glmo": fw.solver},
-        info=info,
-        progress_key="gap",
-    )
+    return Plan(step, state, FWReadout(fw), components={} if fw.solver is None else {"glmo": fw.solver}, info=info)
+
+
+class FWReadout(Readout):
+    """fw's states reported: the exact phi, the final state's gap, the active set and L as outputs."""
+
+    outputs = {
+        "atoms": "the active set [(vertex, weight)] (on a polytope with a smooth F)",
+        "L": "the line search's last estimate of the smoothness constant",
+    }
+    gap = progress = "gap"
+
+    def __init__(self, fw: FrankWolfe):
+        self.fw, self.shape = fw, fw.shape
+
+    def iterate(self, state: FWState) -> torch.Tensor:
+        return state.x.reshape(self.shape)
+
+    def observe(self, state: FWState, k: int) -> dict:
+        return self.fw.observe(state, k)
+
+    def objective(self, state: FWState) -> float:
+        return self.fw.phi(state.x, "evaluating the objective")
+
+    def returned(self, state: FWState) -> dict:
+        if state.active is None:
+            return {"L": state.L}
+        return {"L": state.L, "atoms": [(a.dense().reshape(self.shape), w) for a, w in state.active.pairs()]}
 
 
 FW = register(
@@ -324,9 +334,9 @@ FW = register(
         PARAMS,
         setup,
         "deterministic Frank-Wolfe with away or (blended) pairwise steps (Lacoste-Julien and Jaggi 2015)",
+        renamed={"step": "corrective"},  # Plan.step is the method's update
     )
 )
-renamed("fw", step="corrective")  # Plan.step is the method's update
 
 
 def fw(problem: CompositeProblem, **options: Any) -> Result:

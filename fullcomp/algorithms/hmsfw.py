@@ -8,20 +8,20 @@ from typing import Any
 from fullcomp import steps
 from fullcomp.algorithms.iterate import iterate
 from fullcomp.algorithms.method import Method, Plan, preset, register, solve
-from fullcomp.algorithms.tracked import TRACKING, line_search, numpy, schedule_of, tracked_model, true_objective
+from fullcomp.algorithms.tracked import TRACKING, TrackedReadout, line_search, numpy, schedule_of, tracked_model
 from fullcomp.errors import OptionError
 from fullcomp.glmo import ROUTES, build_glmo
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import Tracked
-from fullcomp.run import Result, RunOptions
+from fullcomp.run import History, Result, RunOptions
+from fullcomp.schedules import _VARIANTS, variant_key
 from fullcomp.serial import encodable
 from fullcomp.sets.atoms import AtomicForm
 from fullcomp.validation import BOOL, CALLABLE, NONE, Interval, Options, Param, positive
 
-VARIANTS = {"taylor": "taylor", "ii": "taylor", "polyak": "polyak", "i": "polyak"}
 _ORDER = Interval(float, 1, 2, "right")
 PARAMS = (
-    Param("variant", (Options(tuple(VARIANTS)),), "taylor", "value tracker: 'taylor' (Variant II) or 'polyak' (I)"),
+    Param("variant", (Options(tuple(_VARIANTS)),), "taylor", "value tracker: 'taylor' (Variant II) or 'polyak' (I)"),
     Param("exact", (BOOL,), False, "the deterministic method on full_batch with beta = rho = 1"),
     Param("glmo", (Options(ROUTES),), "auto", "GLMO route (see fc.build_glmo)"),
     Param(
@@ -57,73 +57,114 @@ class HMSFWState(Tracked):
     z_exact: bool
 
 
-def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
-    """HMSFW (Algorithm 1): x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k); trackers at y_{k+1}."""
-    variant, exact, outer = VARIANTS[hp["variant"]], hp["exact"], problem.outer
-    point = iterate(problem, run)
-    model = tracked_model(problem, hp, run, layout=point.layout, value=variant, clip=hp["clip"], exact=exact)
-    sched = schedule_of(hp, run, exact=exact, variant=variant, r_f=hp["r_f"], r_g=hp["r_g"])
-    if exact and problem.stochastic and problem.full_batch is None:
-        raise OptionError("exact=True on a stochastic problem needs CompositeProblem(full_batch=...) for the exact f")
-    solver = build_glmo(outer, problem.domain, route=hp["glmo"], pool=hp["pool"], device=run.device)
-    read = model.entries.read
+class Algorithm1:
+    """The box of Algorithm 1: x_k = GLMO(z_k, V_k, y_k); y_{k+1} = y_k + gamma_k (x_k - y_k); trackers at
+    y_{k+1}.  Built once per run; ``initial`` is the state at y_0 from its first sample (set-up, not optimizer
+    time, as in the paper's protocol)."""
 
-    # Initialization (the first sample at y_0) is set-up, not optimizer time, as in the paper's protocol.
-    shift = 0.0 if hp["first_step"] == "auto" else steps.shift(hp["first_step"])
-    state = HMSFWState(**vars(model.start(point.start())), atoms=AtomicForm(), start=1.0, shift=shift, z_exact=exact)
-    warm = hp["first_step"] == "auto" and problem.warm_start
-    scale = abs(outer.value(numpy(state.z), problem.x0 if outer.depends_on_x else None)) or 1.0
-    tolerance = glmo_tolerance(hp["glmo_tol"], hp["max_pricing"], scale, exact)
+    def __init__(self, problem: CompositeProblem, hp: dict, run: RunOptions):
+        self.problem, self.hp, self.outer = problem, hp, problem.outer
+        self.variant, self.exact = variant_key(hp["variant"]), hp["exact"]
+        self.point = point = iterate(problem, run)
+        self.model = tracked_model(
+            problem, hp, run, layout=point.layout, variant=self.variant, clip=hp["clip"], exact=self.exact
+        )
+        self.schedule = schedule_of(hp, run, exact=self.exact, variant=self.variant, r_f=hp["r_f"], r_g=hp["r_g"])
+        if self.exact and problem.stochastic and problem.full_batch is None:
+            raise OptionError(
+                "exact=True on a stochastic problem needs CompositeProblem(full_batch=...) for the exact f"
+            )
+        self.solver = build_glmo(self.outer, problem.domain, route=hp["glmo"], pool=hp["pool"], device=run.device)
+        self.read = self.model.entries.read
+        shift = 0.0 if hp["first_step"] == "auto" else steps.shift(hp["first_step"])
+        start = vars(self.model.start(point.start()))
+        self.initial = HMSFWState(**start, atoms=AtomicForm(), start=1.0, shift=shift, z_exact=self.exact)
+        self.warm = hp["first_step"] == "auto" and problem.warm_start
+        y0 = problem.x0 if self.outer.depends_on_x else None
+        scale = abs(self.outer.value(numpy(self.initial.z), y0)) or 1.0
+        self.tolerance = glmo_tolerance(hp["glmo_tol"], hp["max_pricing"], scale, self.exact)
 
-    def linear_model(state: HMSFWState, k: int) -> tuple[dict, Any]:
+    def linear_model(self, state: HMSFWState, k: int) -> tuple[dict, Any]:
         """One GLMO on the tracked model z + V (x - y); the row describing y_k."""
-        y, z = numpy(read(state.y)), numpy(state.z)
-        res = solver.solve(z, numpy(state.V), y, tolerance(k), hp["max_pricing"], **point.glmo_arguments(state))
-        objective = outer.value(z, y)
+        y, z = numpy(self.read(state.y)), numpy(state.z)
+        arguments = self.point.glmo_arguments(state)
+        res = self.solver.solve(z, numpy(state.V), y, self.tolerance(k), self.hp["max_pricing"], **arguments)
+        objective = self.outer.value(z, y)
         gaps = {"gap_estimate": objective - res.value, "glmo_gap": res.gap_bound, "pricing_calls": res.calls}
         return {"objective_estimate": objective, **gaps, "glmo_converged": int(res.converged)}, res
 
-    def warm_shift(y: Any, x: Any) -> float:
+    def warm_shift(self, y: Any, x: Any) -> float:
         """s with gamma(s) = gamma_0, the line search's first step from y toward the first GLMO point x.
         Later steps read the schedule at k + s (2/(k+2+s) for the paper's), so none is longer than the first."""
-        y, x = read(y), read(x)
-        return steps.shift(line_search(problem, model, lambda t: y + t * (x - y)))
+        y, x = self.read(y), self.read(x)
+        return steps.shift(line_search(self.problem, self.model, lambda t: y + t * (x - y)))
 
-    def step(state: HMSFWState, k: int) -> tuple[HMSFWState, dict]:
-        row, res = linear_model(state, k)  # x_k = GLMO(z_k, V_k, y_k)
-        if k == 0 and warm:
-            state = replace(state, shift=warm_shift(state.y, point.toward(res)))
-        gamma, beta, rho = sched.at(k)
-        gamma = sched.step_size(k + state.shift) if state.shift else gamma
-        y, atoms = point.move(state.y, state.atoms, res, gamma, k)  # y_{k+1} = y_k + gamma_k (x_k - y_k)
-        moved = {"atoms": atoms, "start": state.start * (1 - gamma), "z_exact": exact and rho == 1}
-        new = model.advance(state, y, beta, rho, k + 1, **moved)  # V_{k+1}, z_{k+1} from one sample at y_{k+1}
+    def __call__(self, state: HMSFWState, k: int) -> tuple[HMSFWState, dict]:
+        row, res = self.linear_model(state, k)  # x_k = GLMO(z_k, V_k, y_k)
+        if k == 0 and self.warm:
+            state = replace(state, shift=self.warm_shift(state.y, self.point.toward(res)))
+        gamma, beta, rho = self.schedule.at(k)
+        gamma = self.schedule.step_size(k + state.shift) if state.shift else gamma
+        y, atoms = self.point.move(state.y, state.atoms, res, gamma, k)  # y_{k+1} = y_k + gamma_k (x_k - y_k)
+        moved = {"atoms": atoms, "start": state.start * (1 - gamma), "z_exact": self.exact and rho == 1}
+        new = self.model.advance(state, y, beta, rho, k + 1, **moved)  # V_{k+1}, z_{k+1} from one sample at y_{k+1}
         return new, {**row, "gamma": gamma}
 
-    def x_of(state: HMSFWState) -> Any:
-        """The dense point as numpy, when F reads it."""
-        return numpy(point.dense(state.y, state.atoms, state.start)) if outer.depends_on_x else None
 
-    def finish(state: HMSFWState, history: Any, info: dict) -> Result:
-        x = point.dense(state.y, state.atoms, state.start)
-        atomic = {"entries": point.kept, "atoms": state.atoms.pairs(), "x_start_weight": state.start}
-        return Result(x, history, info, V=state.V, z=state.z, x_entries=state.y, **atomic)
+class HMSFWReadout(TrackedReadout):
+    """HMSFW's states reported: the GLMO's row at the final state, the atomic iterate and its dense point."""
 
-    return Plan(
-        step,
-        state,
-        iterate=lambda s: point.view(s.y),
-        finish=finish,
-        observe=lambda s, k: linear_model(s, k)[0],
-        objective=true_objective(problem, model, lambda s: s.y, x_of, known=lambda s: s.z if s.z_exact else None),
-        gap="gap_estimate",
+    outputs = {
+        **TrackedReadout.outputs,
+        "x_entries": "the iterate at the entries it keeps (reads, then track); the dense x on the dense path",
+        "entries": "those entries (an Entries; None on the dense path)",
+        "atoms": "the iterate's atomic form [(atom, weight)] on reads=",
+        "x_start_weight": "the weight of the start point in the atomic form",
+    }
+    gap = progress = "gap_estimate"
+
+    def __init__(self, box: Algorithm1):
+        super().__init__(box.problem, box.model)
+        self.box, self.point = box, box.point
+
+    def iterate(self, state: HMSFWState) -> Any:
+        return self.point.view(state.y)
+
+    def dense_x(self, state: HMSFWState) -> Any:
+        return numpy(self.point.dense(state.y, state.atoms, state.start)) if self.outer.depends_on_x else None
+
+    def known(self, state: HMSFWState) -> Any:
+        return state.z if state.z_exact else None
+
+    def observe(self, state: HMSFWState, k: int) -> dict:
+        return self.box.linear_model(state, k)[0]
+
+    def evaluate(self, state: HMSFWState, k: int) -> dict:
         # F at the last fresh sample beside the tracked estimate: on a map that is not affine the Taylor
         # tracker's extrapolation can drift (below the losses' own floor, on a network), the sample cannot.
-        evaluate=lambda s: {"objective_sample": outer.value(numpy(s.sample), x_of(s))},
-        components={"glmo": solver},
+        sample = {"objective_sample": self.outer.value(numpy(state.sample), self.dense_x(state))}
+        return {**sample, **super().evaluate(state, k)}
+
+    def returned(self, state: HMSFWState) -> dict:
+        atomic = {"entries": self.point.kept, "atoms": state.atoms.pairs(), "x_start_weight": state.start}
+        return {**super().returned(state), "x_entries": state.y, **atomic}
+
+    def finish(self, state: HMSFWState, history: History, info: dict) -> Result:
+        x = self.point.dense(state.y, state.atoms, state.start)
+        return Result(x, history, info, stand_in="x_entries", **self.returned(state))
+
+
+def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
+    """HMSFW (Algorithm 1) on the tracked model, reported by :class:`HMSFWReadout`."""
+    box = Algorithm1(problem, hp, run)
+    info = {"variant": box.variant, "glmo_route": box.solver.route, "schedule": box.schedule.name}
+    return Plan(
+        box,
+        box.initial,
+        readout=HMSFWReadout(box),
+        components={"glmo": box.solver},
         sharded=problem.sharded,
-        info={"variant": variant, "glmo_route": solver.route, "schedule": sched.name, "tracker": hp["tracker"]},
-        progress_key="gap_estimate",
+        info={**info, "tracker": hp["tracker"]},
     )
 
 

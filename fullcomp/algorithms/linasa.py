@@ -11,13 +11,13 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.algorithms.tracked import numpy, true_objective, warm_factor
+from fullcomp.algorithms.tracked import numpy, warm_factor
 from fullcomp.errors import OptionError
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import dense
 from fullcomp.oracles.tracked import TrackedModel
-from fullcomp.run import Result, RunOptions
+from fullcomp.run import Readout, Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.validation import CALLABLE, NONE, Interval, Options, Param, positive
 
@@ -45,65 +45,72 @@ class LinasaState:
     smoothed: torch.Tensor
 
 
-def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
-    mu, smoothing, beta, icg_steps, delta = hp["mu"], hp["smoothing"], hp["beta"], hp["icg_steps"], hp["delta"]
-    N = hp["horizon"] if hp["horizon"] is not None else run.horizon
-    if N is None:
-        raise OptionError("horizon N (tau = 1/sqrt(N)) is needed when the budget is in seconds: pass horizon=N")
-    device, dtype, generator = run.device, run.dtype, run.generator
-    work = icg_schedule(icg_steps)
-    domain, outer = problem.domain, problem.outer
-    calculus = OuterCalculus(outer)
-    kind = calculus.smoothing(smoothing)
-    model = TrackedModel(problem, device, dtype, generator)  # its samples only: LiNASA tracks its own way
-    entries = model.entries
+class LiNASA:
+    """One update of LiNASA+ICG: ICG on the quadratic model, the averaged step, the linearized tracker w and
+    the averaged direction d of the smoothed F_mu."""
 
-    def as_numpy_x(x: torch.Tensor) -> Any:
-        return numpy(x).reshape(domain.shape) if outer.depends_on_x else None
+    def __init__(self, problem: CompositeProblem, hp: dict, run: RunOptions):
+        self.problem, self.domain, self.outer = problem, problem.domain, problem.outer
+        self.mu, self.delta, self.work = hp["mu"], hp["delta"], icg_schedule(hp["icg_steps"])
+        self.N = hp["horizon"] if hp["horizon"] is not None else run.horizon
+        if self.N is None:
+            raise OptionError("horizon N (tau = 1/sqrt(N)) is needed when the budget is in seconds: pass horizon=N")
+        self.generator = run.generator
+        self.calculus = OuterCalculus(self.outer)
+        self.kind = self.calculus.smoothing(hp["smoothing"])
+        # Its samples only: LiNASA tracks its own way.
+        self.model = TrackedModel(problem, run.device, run.dtype, run.generator)
+        self.entries = self.model.entries
+        self.beta = hp["beta"]
 
-    def samples(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def dense_x(self, x: torch.Tensor) -> Any:
+        return numpy(x).reshape(self.domain.shape) if self.outer.depends_on_x else None
+
+    def samples(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """f~(x) and J~(x) from two independent batches (the value needs no Jacobian pass)."""
-        value_batch, jacobian_batch = problem.sample(generator), problem.sample(generator)
-        return model.value_at(x, value_batch, f"at iteration {k}"), dense(model.sample(x, k, jacobian_batch)[1])
+        value_batch, jacobian_batch = self.problem.sample(self.generator), self.problem.sample(self.generator)
+        value = self.model.value_at(x, value_batch, f"at iteration {k}")
+        return value, dense(self.model.sample(x, k, jacobian_batch)[1])
 
-    def smoothed_direction(w: torch.Tensor, x: torch.Tensor, jac: torch.Tensor) -> tuple[torch.Tensor, float]:
+    def smoothed_direction(self, w: torch.Tensor, x: torch.Tensor, jac: torch.Tensor) -> tuple[torch.Tensor, float]:
         """J~^T grad_u F_mu(w, x) + grad_x F_mu(w, x), and F_mu(w, x)."""
-        g = calculus.smoothed(numpy(w), as_numpy_x(x), mu=mu, kind=kind)
-        return entries.chain_rule(jac, g), g.value
+        g = self.calculus.smoothed(numpy(w), self.dense_x(x), mu=self.mu, kind=self.kind)
+        return self.entries.chain_rule(jac, g), g.value
 
-    # Set-up (the first samples and the default beta), not optimizer time, as for hmsfw.
-    x0 = torch.as_tensor(problem.x0, dtype=dtype, device=device).reshape(-1)
-    w0, jac0 = samples(x0, 0)
-    d0, smoothed0 = smoothed_direction(w0, x0, jac0)
-    if beta is None:
-        first = float(torch.linalg.vector_norm(d0))
-        beta = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
-        beta /= warm_factor(problem, model, x0, d0)
-    state = LinasaState(x0, w0, d0, torch.tensor(smoothed0, dtype=torch.float64))
+    def start(self, x0: torch.Tensor) -> LinasaState:
+        """The state at x_0 from its first samples, and the default beta ||d_0|| / D_X (raised by the warm
+        start's line search)."""
+        w0, jac0 = self.samples(x0, 0)
+        d0, smoothed0 = self.smoothed_direction(w0, x0, jac0)
+        if self.beta is None:
+            first, diameter = float(torch.linalg.vector_norm(d0)), self.domain.diameter
+            self.beta = first / diameter if first > 0 and diameter > 0 else 1.0
+            self.beta /= warm_factor(self.problem, self.model, x0, d0)
+        return LinasaState(x0, w0, d0, torch.tensor(smoothed0, dtype=torch.float64))
 
-    def icg(x: torch.Tensor, d: torch.Tensor, steps: int) -> tuple[torch.Tensor, int, float]:
+    def icg(self, x: torch.Tensor, d: torch.Tensor, steps: int) -> tuple[torch.Tensor, int, float]:
         """Frank-Wolfe on q(y) = <d, y> + (beta/2)||y - x||^2 from y = x; (y, LMO calls, last FW gap)."""
-        y, gap = x, math.inf
+        y, gap, beta, domain = x, math.inf, self.beta, self.domain
         for s in range(steps):
             grad = d + beta * (y - x)
             v = domain.lmo(grad.reshape(domain.shape)).reshape(-1)
             gap = float(grad @ (y - v))
-            if gap <= delta:
+            if gap <= self.delta:
                 return y, s + 1, gap
             y = y + min(1.0, gap / (beta * float((v - y) @ (v - y)))) * (v - y)
         return y, steps, gap
 
-    def step(state: LinasaState, k: int) -> tuple[LinasaState, dict]:
+    def __call__(self, state: LinasaState, k: int) -> tuple[LinasaState, dict]:
         x, w, d = state.x, state.w, state.d
-        y, calls, gap = icg(x, d, work(k))
-        tau = 1.0 if k == 0 else 1.0 / math.sqrt(N)
+        y, calls, gap = self.icg(x, d, self.work(k))
+        tau = 1.0 if k == 0 else 1.0 / math.sqrt(self.N)
         x_next = x + tau * (y - x)
-        value, jac = samples(x_next, k + 1)
-        w_next = (1 - tau) * w + tau * value + entries.image(jac, x_next - x)
-        direction, smoothed = smoothed_direction(w_next, x_next, jac)
+        value, jac = self.samples(x_next, k + 1)
+        w_next = (1 - tau) * w + tau * value + self.entries.image(jac, x_next - x)
+        direction, smoothed = self.smoothed_direction(w_next, x_next, jac)
         d_next = (1 - tau) * d + tau * direction
         row = {
-            "objective_estimate": outer.value(numpy(w), as_numpy_x(x)),
+            "objective_estimate": self.outer.value(numpy(w), self.dense_x(x)),
             "smoothed_estimate": float(state.smoothed),
             "tau": tau,
             "icg_steps": calls,
@@ -111,32 +118,47 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         }
         return LinasaState(x_next, w_next, d_next, torch.tensor(smoothed, dtype=torch.float64)), row
 
-    def observe(state: LinasaState, k: int) -> dict:
-        return {
-            "objective_estimate": outer.value(numpy(state.w), as_numpy_x(state.x)),
-            "smoothed_estimate": float(state.smoothed),
-        }
 
-    def finish(state: LinasaState, history, info: dict) -> Result:
-        return Result(state.x.reshape(domain.shape), history, info, w=state.w, d=state.d)
+class LinasaReadout(Readout):
+    """LiNASA+ICG's states reported: F and F_mu at the tracker w, phi on ``full_batch``, w and d as outputs."""
 
+    outputs = {"w": "the value tracker w_k", "d": "the direction d_k"}
+
+    def __init__(self, box: LiNASA):
+        self.box = box
+
+    def iterate(self, state: LinasaState) -> torch.Tensor:
+        return state.x.reshape(self.box.domain.shape)
+
+    def observe(self, state: LinasaState, k: int) -> dict:
+        estimate = self.box.outer.value(numpy(state.w), self.box.dense_x(state.x))
+        return {"objective_estimate": estimate, "smoothed_estimate": float(state.smoothed)}
+
+    def objective(self, state: LinasaState) -> float | None:
+        problem = self.box.problem
+        if problem.stochastic and problem.full_batch is None:
+            return None
+        u = self.box.model.value_at(state.x, problem.full_batch, "evaluating the objective")
+        return self.box.outer.value(numpy(u), self.box.dense_x(state.x))
+
+    def returned(self, state: LinasaState) -> dict:
+        return {"w": state.w, "d": state.d}
+
+
+def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
+    """LiNASA+ICG from x_0's first samples (set-up, not optimizer time, as for hmsfw)."""
+    box = LiNASA(problem, hp, run)
+    state = box.start(torch.as_tensor(problem.x0, dtype=run.dtype, device=run.device).reshape(-1))
+    icg_steps = hp["icg_steps"]
     info = {
-        "mu": mu,
-        "smoothing": kind,
-        "beta": beta,
-        "horizon": N,
+        "mu": box.mu,
+        "smoothing": box.kind,
+        "beta": box.beta,
+        "horizon": box.N,
         "icg_steps": icg_steps if isinstance(icg_steps, (str, int)) else "custom",
-        "delta": float(delta),
+        "delta": float(box.delta),
     }
-    return Plan(
-        step,
-        state,
-        iterate=lambda s: s.x.reshape(domain.shape),
-        finish=finish,
-        observe=observe,
-        objective=true_objective(problem, model, lambda s: s.x, lambda s: as_numpy_x(s.x)),
-        info=info,
-    )
+    return Plan(box, state, LinasaReadout(box), info=info)
 
 
 register(

@@ -2,7 +2,8 @@
 
 A method declares the problem kind it accepts, its hyperparameters as data
 (:class:`~fullcomp.validation.Param`), and a ``setup(problem, hp, run) -> Plan``
-whose plan's ``step`` is the paper's box.  Everything else (validation of the
+whose plan's ``step`` is the paper's box and whose readout reports its states
+and declares its outputs.  Everything else (validation of the
 shared options, dtype and device, the start point, checkpoints with their
 fingerprint, the result and its status) is done here and in
 :mod:`fullcomp.run`, once for all methods.
@@ -20,9 +21,9 @@ from fullcomp import distributed
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.captured import stateful_samplers
 from fullcomp.model.fingerprint import problem_fingerprint
-from fullcomp.oracles.tracked import Tracked
-from fullcomp.run.driver import Plan, drive, resuming
+from fullcomp.run.driver import drive, resuming
 from fullcomp.run.options import SHARED, RunOptions
+from fullcomp.run.plan import Plan, Readout
 from fullcomp.run.result import Result
 from fullcomp.validation import Param, check_params
 
@@ -34,7 +35,11 @@ class Method:
     """A registered method: name, problem kind, hyperparameters, set-up, and a one-line summary.
 
     ``fixed`` holds hyperparameters a preset pins (``hmsfw-i`` is ``hmsfw`` with
-    ``variant="polyak"``); they are not options of the preset.
+    ``variant="polyak"``); they are not options of the preset.  ``renamed`` maps an
+    option's former name to its name: the former name is refused with an
+    OptionError that names the new one.  ``adjustable`` names the hyperparameters a
+    :class:`~fullcomp.Stepper` may change between steps (a step size, as
+    ``torch.optim``'s learning rate).
     """
 
     name: str
@@ -43,6 +48,8 @@ class Method:
     setup: Setup
     summary: str
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    adjustable: tuple[str, ...] = ()
 
     @property
     def options(self) -> tuple[Param, ...]:
@@ -69,16 +76,24 @@ def register(method: Method) -> Method:
     """
     if method.name in REGISTRY:
         raise ValueError(f"a method named {method.name!r} is already registered")
-    clash = {p.name for p in method.params} & set(SHARED)
+    names = {p.name for p in method.params}
+    clash = names & set(SHARED)
     if clash:
         raise ValueError(f"{method.name}: hyperparameters {sorted(clash)} shadow shared options")
+    stale = {old: new for old, new in method.renamed.items() if old in names or new not in names}
+    if stale:
+        raise ValueError(f"{method.name}: renamed={stale} must map names that are not options to options")
+    unknown = set(method.adjustable) - names
+    if unknown:
+        raise ValueError(f"{method.name}: adjustable names {sorted(unknown)}, which are not hyperparameters")
     REGISTRY[method.name] = method
     return method
 
 
 def preset(base: Method, name: str, summary: str, **fixed: Any) -> Method:
     """Register ``base`` with some hyperparameters pinned, under its own name."""
-    return register(Method(name, base.problem, base.params, base.setup, summary, {**base.fixed, **fixed}))
+    pinned = {**base.fixed, **fixed}
+    return register(Method(name, base.problem, base.params, base.setup, summary, pinned, base.renamed, base.adjustable))
 
 
 def get(name: str) -> Method:
@@ -215,12 +230,21 @@ def validated(problem: Any, method: str, options: dict) -> tuple[Method, dict, A
             f"{spec.name} needs a fc.{spec.problem.__name__}, got {type(problem).__name__} (methods for it: {fits})"
         )
     options = dict(options)
+    check_renamed(spec, options)
     shared = {k: options.pop(k) for k in list(options) if k in SHARED}
     pinned = set(options) & set(spec.fixed)
     if pinned:
         raise OptionError(f"{spec.name} fixes {sorted(pinned)}; use the base method to change them")
     hp = check_params(spec.params, {**options, **spec.fixed}, spec.name)
     return spec, hp, problem, shared
+
+
+def check_renamed(spec: Method, options: Mapping[str, Any]) -> None:
+    """An OptionError naming the option's name when ``options`` use a name the method has renamed."""
+    for old in options:
+        if old in spec.renamed:
+            new = spec.renamed[old]
+            raise OptionError(f"{spec.name} has no option {old!r}: it is named {new!r} (pass {new}={options[old]!r})")
 
 
 def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
@@ -234,37 +258,18 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
         sampler.reset()
     plan = spec.setup(problem, hp, run)
     plan.components = {**plan.components, **samplers}
-    if run.gap_tol is not None and plan.gap is None:
+    if run.gap_tol is not None and plan.readout.gap is None:
         raise OptionError(
             f"{spec.name} has no gap or stationarity measure, so gap_tol cannot stop it; drop gap_tol, or use a "
             "method that has one (result.info['gap_measure'] names it: the Frank-Wolfe methods, prox-linear, "
             "SMAG, the min-max methods)"
         )
     plan.info = {**plan.info, "method": spec.name, "seed": run.seed, "device": str(run.device), "dtype": str(run.dtype)}
-    if plan.gap is not None:
-        plan.info["gap_measure"] = plan.gap
-    if plan.weights is None and isinstance(plan.state, Tracked):
-        plan.weights = outer_weights(problem, plan)
+    if plan.readout.gap is not None:
+        plan.info["gap_measure"] = plan.readout.gap
     if run.horizon_used:
         plan.info["horizon"] = run.resolved_horizon
     return plan
-
-
-def outer_weights(problem: Any, plan: Plan) -> Callable[[dict], Any]:
-    """The weights F puts on each inner value at a state's tracked value z (and its iterate, when F reads x)."""
-    from fullcomp.glmo.subgradient import OuterCalculus
-
-    calculus = OuterCalculus(problem.outer)
-
-    def weights(state: Tracked) -> Any:
-        z = state.z
-        z = z.detach().cpu().double().numpy() if hasattr(z, "detach") else z
-        if not problem.outer.depends_on_x:
-            return calculus.weights(z)
-        x = plan.iterate(state)
-        return calculus.weights(z, x.detach().cpu().double().numpy() if hasattr(x, "detach") else x)
-
-    return weights
 
 
 def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:
@@ -293,4 +298,4 @@ def _plain(value: Any) -> Any:
     return getattr(value, "__qualname__", type(value).__qualname__)
 
 
-__all__ = ["Method", "REGISTRY", "register", "preset", "get", "methods", "describe", "solve", "Plan"]
+__all__ = ["Method", "REGISTRY", "register", "preset", "get", "methods", "describe", "solve", "Plan", "Readout"]

@@ -33,7 +33,7 @@ from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem, Params
 from fullcomp.oracles.dmax import DMaxOracle
-from fullcomp.run import Result, RunOptions
+from fullcomp.run import Readout, Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.validation import BOOL, NONE, REQUIRED, Instance, Interval, Options, Pair, Param, positive
 
@@ -74,32 +74,36 @@ class MinMax:
         self, step: Callable, state: Any, point: Callable[[Any], tuple], info: dict, final: Callable | None = None
     ) -> Plan:
         """The driver's plan; ``point(state)`` is the output (x, y), ``final(state)`` more info at the end."""
-        problem, oracle = self.problem, self.oracle
+        return Plan(step, state, MinMaxReadout(self, point, final), info=info)
 
-        def value(s: dict, batches: tuple, where: str) -> float:
-            return oracle.values(*batches, phi_at=point(s), where=where)[0]
 
-        def observe(s: dict, k: int) -> dict:
-            """phi at the output on the full batch when the problem has one, else on a fixed fresh draw."""
-            phi = value(s, oracle.reference_batches(), "at the final state")
-            return {"objective_estimate": phi, "phi_value": phi}
+class MinMaxReadout(Readout):
+    """The min-max baselines' states reported: phi at the output (x, y), and the output's y."""
 
-        def finish(s: dict, history: Any, info: dict) -> Result:
-            x, y = point(s)
-            info.update(final(s) if final is not None else {})
-            return Result(problem.x.build(x), history, info, y=_build(problem.y, y))
+    outputs = {"y": "the maximizer y of phi (None without y)"}
+    gap = "grad_norm"
 
-        return Plan(
-            step,
-            state,
-            iterate=lambda s: problem.x.build(point(s)[0]),
-            finish=finish,
-            observe=observe,
-            objective=(lambda s: value(s, oracle.exact_batches(), "at the output")) if oracle.exact else None,
-            info=info,
-            gap="grad_norm",
-            progress_key="objective_estimate",
-        )
+    def __init__(self, minmax: MinMax, point: Callable[[Any], tuple], final: Callable | None):
+        self.problem, self.oracle, self.point, self.final = minmax.problem, minmax.oracle, point, final
+
+    def value(self, s: Any, batches: tuple, where: str) -> float:
+        return self.oracle.values(*batches, phi_at=self.point(s), where=where)[0]
+
+    def iterate(self, s: Any) -> Any:
+        return self.problem.x.build(self.point(s)[0])
+
+    def observe(self, s: Any, k: int) -> dict:
+        """phi at the output on the full batch when the problem has one, else on a fixed fresh draw."""
+        phi = self.value(s, self.oracle.reference_batches(), "at the final state")
+        return {"objective_estimate": phi, "phi_value": phi}
+
+    def objective(self, s: Any) -> float | None:
+        return self.value(s, self.oracle.exact_batches(), "at the output") if self.oracle.exact else None
+
+    def finish(self, s: Any, history: Any, info: dict) -> Result:
+        x, y = self.point(s)
+        info.update(self.final(s) if self.final is not None else {})
+        return Result(self.problem.x.build(x), history, info, y=_build(self.problem.y, y))
 
 
 def _build(params: Params | None, flat: torch.Tensor | None) -> Any:

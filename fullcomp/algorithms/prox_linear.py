@@ -12,17 +12,22 @@ from fullcomp.algorithms.tracked import TRACKING, dense_plan, numpy, project, sc
 from fullcomp.errors import OptionError
 from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
-from fullcomp.oracles.tracked import Tracked
+from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.run import Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.sets.balls import project_simplex
 from fullcomp.validation import NONE, Options, Param, positive
 
-INNER = ("auto", "dual", "subgradient")
+SUBPROBLEMS = ("auto", "dual", "subgradient")
 PARAMS = (
     Param("M", (positive(), NONE), None, "the quadratic coefficient; None: ||V_0^T g_0 + g_x,0|| / D_X"),
     Param("inner_iters", (positive(int),), 2, "J, inner iterations per update"),
-    Param("inner", (Options(INNER),), "auto", "'dual' (F = cp.max(u)), 'subgradient' (any F) or 'auto'"),
+    Param(
+        "subproblem",
+        (Options(SUBPROBLEMS),),
+        "auto",
+        "the subproblem's solver: 'dual' (F = cp.max(u)), 'subgradient' (any F) or 'auto'",
+    ),
     *TRACKING,
 )
 
@@ -35,79 +40,96 @@ class ProxLinearState(Tracked):
     lam: torch.Tensor
 
 
-def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
-    M, J, inner = hp["M"], hp["inner_iters"], hp["inner"]
-    domain, outer = problem.domain, problem.outer
-    calculus = OuterCalculus(outer)
-    if inner == "dual" and not calculus.plain_max:
-        raise OptionError("inner='dual' needs F = cp.max(u) (the simplex dual); use 'subgradient' or 'auto'")
-    route = ("dual" if calculus.plain_max else "subgradient") if inner == "auto" else inner
-    model, sched = tracked_model(problem, hp, run), schedule_of(hp, run)
-    entries = model.entries
+class Subproblem:
+    """x_{k+1} ~ argmin_{x in X} F(z_k + V_k (x - x_k), x) + (M/2) ||x - x_k||^2, in J inner iterations."""
 
-    def as_numpy_x(x: torch.Tensor) -> Any:
+    def __init__(self, problem: CompositeProblem, model: TrackedModel, calculus: OuterCalculus, M: float, J: int):
+        self.domain, self.outer, self.calculus, self.M, self.J = problem.domain, problem.outer, calculus, M, J
+        self.entries = model.entries
+
+    def dense_x(self, x: torch.Tensor) -> Any:
         # A dense copy of x only when F reads it.
-        return numpy(x).reshape(domain.shape) if outer.depends_on_x else None
+        return numpy(x).reshape(self.domain.shape) if self.outer.depends_on_x else None
 
-    def model_value(state: ProxLinearState, x: torch.Tensor) -> tuple[float, torch.Tensor]:
+    def model_value(self, state: ProxLinearState, x: torch.Tensor) -> tuple[float, torch.Tensor]:
         """F(u, x) + (M/2) ||x - x_k||^2 and u = z + V (x - x_k)."""
         step = x - state.y
-        u = state.z + entries.image(state.V, step)
-        return outer.value(numpy(u), as_numpy_x(x)) + 0.5 * M * float(step @ step), u
+        u = state.z + self.entries.image(state.V, step)
+        return self.outer.value(numpy(u), self.dense_x(x)) + 0.5 * self.M * float(step @ step), u
 
-    def dual_ascent(state: ProxLinearState) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        x_k, z, V = state.y, state.z, state.V
+    def dual(self, state: ProxLinearState) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Projected gradient ascent on the simplex dual of F = cp.max(u), warm-started at the last lam."""
+        x_k, z, V, M, entries = state.y, state.z, state.V, self.M, self.entries
 
         def x_of(lam: torch.Tensor) -> torch.Tensor:
-            return project(domain, x_k - entries.adjoint(V, lam) / M)
+            return project(self.domain, x_k - entries.adjoint(V, lam) / M)
 
         def simplex(v: torch.Tensor) -> torch.Tensor:
             return torch.as_tensor(project_simplex(numpy(v), 1.0), dtype=v.dtype, device=v.device)
 
         lipschitz = float(torch.linalg.eigvalsh(entries.gram(V))[-1]) / M  # ||V||_2^2 / M, from the n x n Gram
         lam = state.lam
-        for _ in range(J):
+        for _ in range(self.J):
             lam = simplex(lam + (z + entries.image(V, x_of(lam) - x_k)) / max(lipschitz, 1e-300))
         x_next = x_of(lam)
         step = x_next - x_k
-        primal, u = model_value(state, x_next)
+        primal, u = self.model_value(state, x_next)
         dual = float(lam @ u) + 0.5 * M * float(step @ step)  # <lam, z> + <V^T lam, step> + (M/2)||step||^2
         return x_next, lam, {"model_value": primal, "inner_gap": max(primal - dual, 0.0)}
 
-    def subgradient_steps(state: ProxLinearState) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        x_k, z, V = state.y, state.z, state.V
+    def subgradient(self, state: ProxLinearState) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Projected subgradient steps 2 / (M (t+1)), averaged with weights t, on any F."""
+        x_k, z, V, M, J, entries = state.y, state.z, state.V, self.M, self.J, self.entries
         x, weighted = x_k, torch.zeros_like(x_k)
         for t in range(1, J + 1):
-            g = calculus.subgradient(numpy(z + entries.image(V, x - x_k)), as_numpy_x(x))
-            x = project(domain, x - 2.0 / (M * (t + 1)) * (entries.chain_rule(V, g) + M * (x - x_k)))
+            g = self.calculus.subgradient(numpy(z + entries.image(V, x - x_k)), self.dense_x(x))
+            x = project(self.domain, x - 2.0 / (M * (t + 1)) * (entries.chain_rule(V, g) + M * (x - x_k)))
             weighted = weighted + t * x
         x_next = weighted / (J * (J + 1) / 2)
-        return x_next, state.lam, {"model_value": model_value(state, x_next)[0]}
+        return x_next, state.lam, {"model_value": self.model_value(state, x_next)[0]}
 
-    inner_solve = dual_ascent if route == "dual" else subgradient_steps
+
+def solver_route(subproblem: str, calculus: OuterCalculus) -> str:
+    """The subproblem's solver: 'auto' is the dual for F = cp.max(u), subgradient steps otherwise."""
+    if subproblem == "dual" and not calculus.plain_max:
+        raise OptionError("subproblem='dual' needs F = cp.max(u) (the simplex dual); use 'subgradient' or 'auto'")
+    return ("dual" if calculus.plain_max else "subgradient") if subproblem == "auto" else subproblem
+
+
+def default_M(problem: CompositeProblem, model: TrackedModel, calculus: OuterCalculus, state: Tracked) -> float:
+    """The scale-free M = ||V_0^T g_0 + g_x,0|| / D_X (the first linearized step travels one diameter),
+    raised by the warm start's line search."""
+    domain = problem.domain
+    x0 = numpy(state.y).reshape(domain.shape) if problem.outer.depends_on_x else None
+    d0 = model.entries.chain_rule(state.V, calculus.subgradient(numpy(state.z), x0))
+    first = float(torch.linalg.vector_norm(d0))
+    M = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
+    return M / warm_factor(problem, model, state.y, d0)
+
+
+def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
+    """Prox-linear steps on the tracked model: the subproblem's solution, then the trackers there."""
+    calculus = OuterCalculus(problem.outer)
+    route = solver_route(hp["subproblem"], calculus)
+    model, sched = tracked_model(problem, hp, run), schedule_of(hp, run)
 
     # Set-up (the first sample and the default M), not optimizer time, as for hmsfw.
     tracked = model.start(torch.as_tensor(problem.x0, dtype=run.dtype, device=run.device).reshape(-1))
     lam = torch.full((problem.n,), 1.0 / problem.n, dtype=run.dtype, device=run.device)
     state = ProxLinearState(**vars(tracked), lam=lam)
-    if M is None:
-        d0 = entries.chain_rule(state.V, calculus.subgradient(numpy(state.z), as_numpy_x(state.y)))
-        first = float(torch.linalg.vector_norm(d0))
-        M = first / domain.diameter if first > 0 and domain.diameter > 0 else 1.0
-        M /= warm_factor(problem, model, state.y, d0)
+    M = hp["M"] if hp["M"] is not None else default_M(problem, model, calculus, state)
+    subproblem = Subproblem(problem, model, calculus, M, hp["inner_iters"])
+    solve_subproblem = subproblem.dual if route == "dual" else subproblem.subgradient
 
     def step(state: ProxLinearState, k: int) -> tuple[ProxLinearState, dict]:
-        x_next, lam, row = inner_solve(state)
-        row = {
-            "objective_estimate": outer.value(numpy(state.z), as_numpy_x(state.y)),
-            **row,
-            "move": float(torch.linalg.vector_norm(x_next - state.y)),
-        }
+        x_next, lam, row = solve_subproblem(state)
+        estimate = problem.outer.value(numpy(state.z), subproblem.dense_x(state.y))
+        row = {"objective_estimate": estimate, **row, "move": float(torch.linalg.vector_norm(x_next - state.y))}
         _, beta, rho = sched.at(k)
         return model.advance(state, x_next, beta, rho, k + 1, lam=lam), row
 
-    info = {"M": M, "inner_iters": J, "inner": route, "schedule": sched.name, "tracker": hp["tracker"]}
-    return dense_plan(problem, model, step, state, info, gap="move")
+    info = {"M": subproblem.M, "inner_iters": hp["inner_iters"], "subproblem": route, "schedule": sched.name}
+    return dense_plan(problem, model, step, state, {**info, "tracker": hp["tracker"]}, gap="move")
 
 
 register(
@@ -117,6 +139,7 @@ register(
         PARAMS,
         setup,
         "prox-linear steps on the tracked model (HMSFW paper, baseline C2, after Zhang and Xiao)",
+        renamed={"inner": "subproblem"},
     )
 )
 
@@ -137,7 +160,7 @@ def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
     step all-reduces V (x - x_k) (n numbers) and, in the dual solver, gathers V^T lam at the ranks' reads (as
     many numbers as they read), and the dual solver's Gram once per update (n^2).
 
-    Inner solvers:
+    Subproblem solvers (``subproblem``):
 
     * "dual" (F = cp.max(u)): projected gradient ascent over the simplex on
       D(lam) = <lam, z> + <V^T lam, x(lam) - x_k> + (M/2) ||x(lam) - x_k||^2,
@@ -158,7 +181,7 @@ def prox_linear(problem: CompositeProblem, **options: Any) -> Result:
         None: the scale-free M = ||V_0^T g_0 + g_x,0|| / D_X (the first linearized
         step travels one diameter).
     inner_iters : J, inner iterations per update (default 2, the paper's frozen value).
-    inner : "auto" ("dual" for F = cp.max(u), "subgradient" otherwise), "dual" or "subgradient".
+    subproblem : "auto" ("dual" for F = cp.max(u), "subgradient" otherwise), "dual" or "subgradient".
     schedule : tracker weights, as for :func:`fullcomp.hmsfw` (only beta and rho
         are used); None is the paper's, "exact" keeps only the newest sample.
     tracker, hessian_point : the Jacobian tracker, as for :func:`fullcomp.hmsfw`.

@@ -13,7 +13,7 @@ from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import Tracked
 from fullcomp.run import Result, RunOptions
 from fullcomp.steps import rule
-from fullcomp.validation import NONE, Options, Param, positive, renamed
+from fullcomp.validation import NONE, Options, Param, positive
 
 PARAMS = (
     Param(
@@ -71,9 +71,9 @@ PSG = register(
         PARAMS,
         setup,
         "projected subgradient steps on the tracked model (HMSFW paper, baseline C1)",
+        renamed={"step": "step_size"},  # Plan.step is the method's update
     )
 )
-renamed("psg", step="step_size")  # Plan.step is the method's update
 
 
 def psg(problem: CompositeProblem, **options: Any) -> Result:

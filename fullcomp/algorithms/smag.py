@@ -19,14 +19,12 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
-from fullcomp.algorithms.stepper import Stepper
-from fullcomp.errors import ModelError, OptionError
 from fullcomp.model.dmax import DMaxProblem, Params
 from fullcomp.oracles.dmax import DMaxOracle
-from fullcomp.run import Result, RunOptions
+from fullcomp.run import Readout, Result, RunOptions
 from fullcomp.serial import encodable
 from fullcomp.steps import DECAY, multiplier
-from fullcomp.validation import REQUIRED, Options, Param, check_params, positive
+from fullcomp.validation import REQUIRED, Options, Param, positive
 
 STEPS = (
     Param("gamma", (positive(),), REQUIRED, "the Moreau envelope parameter, below 1/delta for delta-weakly convex phi"),
@@ -79,7 +77,8 @@ class SMAGState:
 
 
 class Algorithm1:
-    """Lines 4-9 of Algorithm 1 (2 and 3 are its reductions): the update ``fc.smag`` and :class:`SMAGStepper` share."""
+    """Lines 4-9 of Algorithm 1 (2 and 3 are its reductions): the update of ``fc.smag`` and of
+    ``fc.Stepper(problem, "smag", ...)``."""
 
     def __init__(self, problem: DMaxProblem, hp: dict, run: RunOptions, method: str):
         self.problem, self.gamma = problem, hp["gamma"]
@@ -91,7 +90,7 @@ class Algorithm1:
                 "eta1 <= gamma^2 (1/gamma - delta)/2 of the SMAG analysis fails for every delta >= 0, so x_phi and "
                 "x_psi may not track the proximal points; lower eta1 or raise gamma",
                 UserWarning,
-                stacklevel=user_stacklevel(),  # the user's line: SMAGStepper(...) or fc.smag(...)
+                stacklevel=user_stacklevel(),  # the user's line: fc.Stepper(...) or fc.smag(...)
             )
 
     def start(self) -> SMAGState:
@@ -165,7 +164,65 @@ class OutputRule:
         self.generator.set_state(saved["generator"])
 
 
+class SMAGReadout(Readout):
+    """SMAG's states reported: exact (or fixed-draw) values at the final state, the true objective, and the
+    proximal, dual and gradient estimates as outputs (of the random output's snapshot, when it is one)."""
+
+    outputs = {
+        "x_phi": "the estimate of prox_{gamma Phi}(x)",
+        "x_psi": "the estimate of prox_{gamma Psi}(x) (None without psi)",
+        "y": "the maximizer y of phi (None without y)",
+        "z": "the maximizer z of psi (None without z)",
+        "G": "the gradient estimate",
+    }
+    gap = progress = "grad_estimate_norm"
+
+    def __init__(self, problem: DMaxProblem, update: Algorithm1):
+        self.problem, self.update, self.oracle = problem, update, update.oracle
+
+    def iterate(self, state: SMAGState) -> Any:
+        return self.problem.x.build(state.x)
+
+    def observe(self, state: SMAGState, k: int) -> dict:
+        """The final state's row: exact values on the full batches, else on one fixed fresh draw."""
+        phi, psi = self.update.values(state, self.oracle.reference_batches())
+        g_norm = float(state.G.norm())
+        return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi, "grad_estimate_norm": g_norm}
+
+    def objective(self, state: SMAGState) -> float | None:
+        """Phi(x) - Psi(x) at the result's x for a DC problem; else phi(x_phi, y) - psi(x_psi, z), exact batches."""
+        if not self.oracle.exact:
+            return None
+        s, oracle = chosen(state), self.oracle
+        if self.problem.algorithm == 2:
+            phi, psi = oracle.values(*oracle.exact_batches(), phi_at=s.x, psi_at=s.x, where="at x")
+        else:
+            phi, psi = self.update.values(s, oracle.exact_batches())
+        return phi - psi
+
+    def returned(self, state: SMAGState) -> dict:
+        x, problem = self.problem.x, self.problem
+        return {
+            "x_phi": x.build(state.x_phi),
+            "x_psi": None if problem.psi is None else x.build(state.x_psi),
+            "y": _build(problem.y, state.y),
+            "z": _build(problem.z, state.z),
+            "G": state.G.detach().clone(),
+        }
+
+    def finish(self, state: SMAGState, history: Any, info: dict) -> Result:
+        s = chosen(state)
+        info["output_index"] = s.t if s.t is not None else info.get("iterations")
+        return Result(self.problem.x.build(s.x), history, info, **self.returned(s))
+
+
+def chosen(state: SMAGState) -> SMAGState:
+    """The iterates the result holds: the final ones, or the random output's snapshot."""
+    return state.pick or state
+
+
 def setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
+    """SMAG: Algorithm 1's update at eta0 decay(k), eta1 decay(k), with the random output's reservoir draw."""
     smag_update = Algorithm1(problem, hp, run, "smag")
     oracle, output, rule = smag_update.oracle, hp["output"], OutputRule(run.seed)
     decay = hp["decay"]
@@ -180,53 +237,13 @@ def setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
             new.pick = pick if rule.keep(k) else state.pick
         return new, row
 
-    def chosen(state: SMAGState) -> SMAGState:
-        """The iterates the result holds: the final ones, or the random output's snapshot."""
-        return state.pick or state
-
-    def observe(state: SMAGState, k: int) -> dict:
-        """The final state's row: exact values on the full batches, else on one fixed fresh draw."""
-        phi, psi = smag_update.values(state, oracle.reference_batches())
-        g_norm = float(state.G.norm())
-        return {"objective_estimate": phi - psi, "phi_value": phi, "psi_value": psi, "grad_estimate_norm": g_norm}
-
-    def objective(state: SMAGState) -> float:
-        """Phi(x) - Psi(x) at the result's x for a DC problem; else phi(x_phi, y) - psi(x_psi, z), exact batches."""
-        s = chosen(state)
-        if problem.algorithm == 2:
-            phi, psi = oracle.values(*oracle.exact_batches(), phi_at=s.x, psi_at=s.x, where="at x")
-        else:
-            phi, psi = smag_update.values(s, oracle.exact_batches())
-        return phi - psi
-
-    def finish(state: SMAGState, history: Any, info: dict) -> Result:
-        s = chosen(state)
-        info["output_index"] = s.t if s.t is not None else info.get("iterations")
-        x = problem.x
-        return Result(
-            x.build(s.x),
-            history,
-            info,
-            x_phi=x.build(s.x_phi),
-            x_psi=None if problem.psi is None else x.build(s.x_psi),
-            y=_build(problem.y, s.y),
-            z=_build(problem.z, s.z),
-            G=s.G.detach().clone(),
-        )
-
-    state = smag_update.start()
     info = {"algorithm": problem.algorithm, "gamma": hp["gamma"], "eta0": hp["eta0"], "eta1": hp["eta1"]}
     return Plan(
         step,
-        state,
-        iterate=lambda s: problem.x.build(s.x),
-        finish=finish,
-        observe=observe,
-        objective=objective if oracle.exact else None,
+        smag_update.start(),
+        SMAGReadout(problem, smag_update),
         components={"output": rule},
         info={**info, "output": output, "decay": None if decay is None else repr(decay)},
-        gap="grad_estimate_norm",
-        progress_key="grad_estimate_norm",
     )
 
 
@@ -237,6 +254,7 @@ SMAG = register(
         PARAMS,
         setup,
         "stochastic Moreau envelope approximate gradient on max phi - max psi (SMAG paper, Algorithms 1-3)",
+        adjustable=("eta0", "eta1"),
     )
 )
 
@@ -278,83 +296,8 @@ def smag(problem: DMaxProblem, **options: Any) -> Result:
     return solve(problem, "smag", **options)
 
 
-class SMAGStepper(Stepper):
-    """SMAG one iteration at a time, for people who own their training loop: ``fc.Stepper(problem, "smag", ...)``
-    with the iterates as properties.
-
-    ``opt.step(batch)`` performs lines 4-9 of Algorithm 1 on ``batch`` (drawn
-    from the problem's sampler when omitted) and returns the history row.
-    The iterates are ``opt.x``, ``opt.x_phi``, ``opt.x_psi``, ``opt.y``,
-    ``opt.z`` in the containers the problem was declared with; ``opt.eta0`` and
-    ``opt.eta1`` may be changed between steps, and :meth:`load_state_dict` takes them from the saved state, as
-    ``torch.optim`` takes its learning rate.  ``options`` are SMAG's other hyperparameters (``decay``).
-
-    ``fc.smag`` runs exactly these updates inside the shared loop, so a
-    stepper fed the same batches follows the same trajectory.  ``dtype``
-    defaults to the problem's, as for ``fc.smag``.
-    """
-
-    ADJUSTABLE = ("eta0", "eta1")
-
-    def __init__(
-        self,
-        problem: DMaxProblem,
-        *,
-        gamma: float,
-        eta0: float,
-        eta1: float,
-        seed: Any = 0,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None,
-        **options: Any,
-    ):
-        if not isinstance(problem, DMaxProblem):
-            raise ModelError(f"SMAGStepper needs a fc.DMaxProblem, got {type(problem).__name__}")
-        steps = {"gamma": gamma, "eta0": eta0, "eta1": eta1}
-        super().__init__(problem, "smag", **steps, seed=seed, device=device, dtype=dtype, **options)
-
-    def _adjust(self, name: str, value: float) -> None:
-        steps = {p.name: self.hyperparameters[p.name] for p in STEPS}
-        self.hyperparameters[name] = check_params(STEPS, {**steps, name: value}, "SMAGStepper")[name]
-
-    eta0 = property(lambda self: self.hyperparameters["eta0"], lambda self, v: self._adjust("eta0", v))
-    eta1 = property(lambda self: self.hyperparameters["eta1"], lambda self, v: self._adjust("eta1", v))
-
-    @property
-    def x_phi(self) -> Any:
-        """x_phi^t, the estimate of prox_{gamma Phi}(x_{t-1})."""
-        return self.problem.x.build(self.state.x_phi)
-
-    @property
-    def x_psi(self) -> Any:
-        """x_psi^t, the estimate of prox_{gamma Psi}(x_{t-1}); None in the min-max case."""
-        return None if self.problem.psi is None else self.problem.x.build(self.state.x_psi)
-
-    @property
-    def y(self) -> Any:
-        return _build(self.problem.y, self.state.y)
-
-    @property
-    def z(self) -> Any:
-        return _build(self.problem.z, self.state.z)
-
-    def copy_to(self, module: torch.nn.Module, which: str = "x") -> None:
-        """Write ``x`` (or ``x_phi``, ``x_psi``) into ``module``'s parameters in place."""
-        params = self.problem.x
-        if params.kind != "module":
-            raise OptionError("copy_to needs a problem whose x0 is an nn.Module")
-        if which not in ("x", "x_phi", "x_psi"):
-            raise OptionError(f"which must be 'x', 'x_phi' or 'x_psi', got {which!r}")
-        values = params.split(getattr(self.state, which).detach())
-        with torch.no_grad():
-            for key, p in module.named_parameters():
-                if key not in values:
-                    raise ModelError(f"module has a parameter {key!r} that x0 does not have")
-                p.copy_(values[key])
-
-
 def _build(params: Params | None, flat: torch.Tensor | None) -> Any:
     return None if params is None or flat is None else params.build(flat)
 
 
-__all__ = ["smag", "SMAGStepper"]
+__all__ = ["smag"]

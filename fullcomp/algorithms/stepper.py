@@ -16,11 +16,12 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.method import _plain, planned, validated
-from fullcomp.errors import CheckpointError, OptionError
+from fullcomp.errors import CheckpointError, ModelError, OptionError
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
 from fullcomp.serial import decode, encode, missing_fields
+from fullcomp.validation import check_params
 
 FORMAT = "fullcomp-stepper-1"
 
@@ -31,8 +32,10 @@ STEPPER_OPTIONS = ("seed", "device", "dtype", "x0", "iters")
 class Stepper:
     """One update of ``method`` on ``problem`` per :meth:`step`.
 
-    ``ADJUSTABLE`` names the hyperparameters a user may change between steps (a step size, as ``torch.optim``'s
-    learning rate): :meth:`load_state_dict` takes them from the saved state instead of refusing them.
+    The method's ``adjustable`` hyperparameters (SMAG's ``eta0`` and ``eta1``) may change between steps, as
+    ``torch.optim``'s learning rate: :meth:`adjust` sets them, and :meth:`load_state_dict` takes them from the
+    saved state instead of refusing them.  ``outputs`` are the method's declared outputs at the current
+    state (SMAG's ``x_phi``, HMSFW's trackers ``V`` and ``z``, ...).
 
     Parameters
     ----------
@@ -45,8 +48,6 @@ class Stepper:
         ``iters`` is the horizon of the parameters that depend on the budget (a theorem's schedule,
         LiNASA+ICG's tau); the stepper itself never stops.
     """
-
-    ADJUSTABLE: tuple[str, ...] = ()
 
     def __init__(self, problem: Any, method: str, /, **options: Any):
         spec, hp, problem, shared = validated(problem, method, options)
@@ -116,7 +117,49 @@ class Stepper:
     @property
     def x(self) -> Any:
         """The current iterate, as the problem declared it (a tensor, a dict of tensors, a module)."""
-        return self.plan.iterate(self.state)
+        return self.plan.readout.iterate(self.state)
+
+    @property
+    def outputs(self) -> dict[str, Any]:
+        """The method's declared outputs at the current state, by name (None where this run has none)."""
+        readout = self.plan.readout
+        returned = readout.returned(self.state)
+        return {name: returned.get(name) for name in readout.outputs}
+
+    @property
+    def adjustable(self) -> tuple[str, ...]:
+        """The hyperparameters :meth:`adjust` may change between steps."""
+        return self.spec.adjustable
+
+    def adjust(self, **values: Any) -> None:
+        """Change adjustable hyperparameters for the next steps (``stepper.adjust(eta0=0.01)``), validated as
+        at construction; ``stepper.hyperparameters`` holds the values in force."""
+        fixed = sorted(set(values) - set(self.spec.adjustable))
+        if fixed:
+            adjustable = ", ".join(self.spec.adjustable) or "none"
+            raise OptionError(
+                f"{self.spec.name} cannot change {', '.join(fixed)} between steps (adjustable: {adjustable}); "
+                "build a new stepper for other values"
+            )
+        checked = check_params(self.spec.params, {**self.hyperparameters, **values}, self.spec.name)
+        self.hyperparameters.update({name: checked[name] for name in values})
+
+    def copy_to(self, module: torch.nn.Module, which: str = "x") -> None:
+        """Write the iterate ``x`` (or a declared output, SMAG's ``x_phi``) into ``module``'s parameters in place,
+        for a problem whose x is a module or a dict of parameters."""
+        if which != "x" and which not in self.plan.readout.outputs:
+            outputs = ", ".join(self.plan.readout.outputs) or "none"
+            raise OptionError(f"which must be 'x' or one of {self.spec.name}'s outputs ({outputs}), got {which!r}")
+        value = self.x if which == "x" else self.outputs[which]
+        if isinstance(value, torch.nn.Module):
+            value = dict(value.named_parameters())
+        if not isinstance(value, dict):
+            raise OptionError("copy_to needs a problem whose x0 is an nn.Module or a dict of parameters")
+        with torch.no_grad():
+            for key, p in module.named_parameters():
+                if key not in value:
+                    raise ModelError(f"module has a parameter {key!r} that x0 does not have")
+                p.copy_(value[key])
 
     def result(self) -> Result:
         """A Result of the updates so far, as ``fc.solve`` would return after as many iterations."""
@@ -127,7 +170,7 @@ class Stepper:
             "clock": "wall",
             "stopped": "callback",
         }
-        return self.plan.finish(self.state, History(self.rows), info)
+        return self.plan.readout.result(self.state, History(self.rows), info)
 
     def state_dict(self) -> dict:
         """The state, hyperparameters, generator and step count as tensors and plain data (``torch.save`` it)."""
@@ -150,9 +193,10 @@ class Stepper:
         """Resume from :meth:`state_dict`; a CheckpointError names what differs from this stepper's run."""
         if not isinstance(state_dict, dict) or state_dict.get("format") != FORMAT:
             raise CheckpointError(f"not a fullcomp stepper state (no {FORMAT!r} format); pass Stepper.state_dict()")
+
         def fixed(saved: dict) -> dict:  # what must agree: all but the adjustable hyperparameters
             hp = saved.get("hyperparameters")
-            return {**saved, "hyperparameters": {k: v for k, v in (hp or {}).items() if k not in self.ADJUSTABLE}}
+            return {**saved, "hyperparameters": {k: v for k, v in (hp or {}).items() if k not in self.adjustable}}
 
         theirs, mine = fixed(state_dict), fixed(self.state_dict())
         for key in ("method", "hyperparameters", "dtype", "horizon"):
@@ -173,7 +217,7 @@ class Stepper:
         for name, obj in self.plan.components.items():
             obj.load_state_dict(components[name])
         self.state, self.k = state, int(state_dict["k"])
-        for name in self.ADJUSTABLE:
+        for name in self.adjustable:
             self.hyperparameters[name] = state_dict["hyperparameters"][name]
         self.seconds = float(state_dict.get("seconds", 0.0))
         self.rows = [dict(r) for r in state_dict.get("rows", [])]

@@ -1,5 +1,6 @@
 """What the methods on the tracked model share: their options, the model built from them, warm starts, the
-true objective, and the plan of a method that moves a dense point (PSG, prox-linear).
+readout of the composite family (the true objective, the weights F puts on each inner value, the trackers as
+outputs) and the plan of a method that moves a dense point (PSG, prox-linear).
 
 The model itself (samples, trackers, buffers) is :class:`fullcomp.oracles.tracked.TrackedModel`.
 """
@@ -7,14 +8,16 @@ The model itself (samples, trackers, buffers) is :class:`fullcomp.oracles.tracke
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import torch
 
+from fullcomp.glmo.subgradient import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import HESSIAN_POINTS, JACOBIAN_TRACKERS, Tracked, TrackedModel
-from fullcomp.run import Plan, Result, RunOptions
+from fullcomp.run import History, Plan, Readout, Result, RunOptions
 from fullcomp.schedules import HORIZON_SCHEDULES, THEORY, Schedule, resolve
 from fullcomp.sets.base import Set
 from fullcomp.steps import Halving, Line
@@ -53,7 +56,7 @@ def tracked_model(problem: CompositeProblem, hp: dict, run: RunOptions, **option
     """The tracked model a method's options ask for; ``options`` go to :class:`TrackedModel`."""
     point = HESSIAN_POINTS.get(hp["hessian_point"], hp["hessian_point"])
     return TrackedModel(
-        problem, run.device, run.dtype, run.generator, jacobian=hp["tracker"], hessian_point=point, **options
+        problem, run.device, run.dtype, run.generator, tracker=hp["tracker"], hessian_point=point, **options
     )
 
 
@@ -66,30 +69,6 @@ def project(domain: Set, x: torch.Tensor) -> torch.Tensor:
     return domain.project(x.reshape(domain.shape)).reshape(-1)
 
 
-def true_objective(
-    problem: CompositeProblem,
-    model: TrackedModel,
-    values: Callable[[Any], torch.Tensor],
-    point: Callable[[Any], np.ndarray | None],
-    known: Callable[[Any], torch.Tensor | None] | None = None,
-) -> Callable | None:
-    """phi at a state on ``full_batch`` (or the deterministic map); None when the problem cannot compute it.
-
-    ``values(state)`` is the point the map reads (in the model's layout) and ``point(state)`` the dense point
-    as numpy, read only when F depends on x.  ``known(state)``, when it returns a tensor, is f there on
-    ``full_batch`` already (a tracker of weight 1 on the exact map): the map is then not evaluated again.
-    """
-    if problem.stochastic and problem.full_batch is None:
-        return None
-    outer = problem.outer
-
-    def objective(state: Any) -> float:
-        u = None if known is None else known(state)
-        if u is None:
-            u = model.value_at(values(state), problem.full_batch, "evaluating the objective")
-        return outer.value(numpy(u), point(state) if outer.depends_on_x else None)
-
-    return objective
 
 
 def line_search(problem: CompositeProblem, model: TrackedModel, point_at: Callable[[float], torch.Tensor]) -> float:
@@ -117,29 +96,92 @@ def warm_factor(problem: CompositeProblem, model: TrackedModel, x: torch.Tensor,
     return line_search(problem, model, lambda t: project(domain, x - (t * domain.diameter / norm) * d))
 
 
+#: Up to this many inner values, the history holds the weights F puts on each (columns q[0], q[1], ...).
+WEIGHT_COLUMNS = 64
+
+
+class TrackedReadout(Readout):
+    """How a method on the tracked model reports a :class:`Tracked` state: F(z_k, x_k) in the final row,
+    phi on ``full_batch`` (or the deterministic map) as the true objective, the weights F puts on each inner
+    value at z_k (columns ``q[i]`` up to :data:`WEIGHT_COLUMNS` values, and ``result.weights`` at the final
+    state), and the trackers V and z as outputs.
+
+    The methods that move a dense point (PSG, prox-linear, a user's method on ``fc.TrackedModel``) use it as
+    it is; HMSFW's readout extends it with its atomic iterate.  ``gap`` names the row's gap column.
+    """
+
+    outputs = {
+        "V": "the Jacobian tracker V_k, n x the entries read",
+        "z": "the value tracker z_k, f(x_k)'s estimate",
+    }
+
+    def __init__(self, problem: CompositeProblem, model: TrackedModel, gap: str | None = None):
+        self.problem, self.model, self.outer = problem, model, problem.outer
+        self.shape = problem.domain.shape
+        if gap is not None:
+            self.gap = gap
+        self.last_weights: tuple[int, np.ndarray] | None = None  # (k, q) of the last evaluated row
+
+    @cached_property
+    def calculus(self) -> OuterCalculus:
+        return OuterCalculus(self.outer)
+
+    def iterate(self, state: Tracked) -> Any:
+        return state.y.reshape(self.shape)
+
+    def dense_x(self, state: Tracked) -> np.ndarray | None:
+        """The dense point as numpy when F reads it, else None (a dense copy of x is not free)."""
+        return numpy(state.y).reshape(self.shape) if self.outer.depends_on_x else None
+
+    def known(self, state: Tracked) -> torch.Tensor | None:
+        """f at the state on ``full_batch`` when the state holds it already (a tracker of weight 1 on the exact
+        map), so that the map is not evaluated again; None otherwise."""
+        return None
+
+    def observe(self, state: Tracked, k: int) -> dict:
+        return {"objective_estimate": self.outer.value(numpy(state.z), self.dense_x(state))}
+
+    def objective(self, state: Tracked) -> float | None:
+        """phi at the state on ``full_batch`` (or the deterministic map); None when the problem cannot say."""
+        problem = self.problem
+        if problem.stochastic and problem.full_batch is None:
+            return None
+        u = self.known(state)
+        if u is None:
+            u = self.model.value_at(state.y, problem.full_batch, "evaluating the objective")
+        return self.outer.value(numpy(u), self.dense_x(state))
+
+    def weights(self, state: Tracked) -> np.ndarray:
+        """The weights F puts on each inner value at the state's z (and its iterate, when F reads x)."""
+        z = numpy(state.z)
+        if not self.outer.depends_on_x:
+            return np.asarray(self.calculus.weights(z), dtype=np.float64)
+        x = self.iterate(state)
+        x = x.detach().cpu().double().numpy() if hasattr(x, "detach") else x
+        return np.asarray(self.calculus.weights(z, x), dtype=np.float64)
+
+    def evaluate(self, state: Tracked, k: int) -> dict:
+        q = self.weights(state)
+        self.last_weights = (k, q)
+        return {f"q[{i}]": float(v) for i, v in enumerate(q)} if q.size <= WEIGHT_COLUMNS else {}
+
+    def returned(self, state: Tracked) -> dict:
+        return {"V": state.V, "z": state.z}
+
+    def result(self, state: Tracked, history: History, info: dict) -> Result:
+        """The Result, with ``weights`` when the final state's row evaluated them."""
+        result = super().result(state, history, info)
+        if self.last_weights is not None and self.last_weights[0] == info.get("iterations"):
+            result.weights = self.last_weights[1]
+        return result
+
+
 def dense_plan(
     problem: CompositeProblem, model: TrackedModel, step: Callable, state: Tracked, info: dict, gap: str | None = None
 ) -> Plan:
-    """The driver's plan for a method that moves a dense point on the tracked model: its result holds x, V, z."""
-    outer, shape = problem.outer, problem.domain.shape
-
-    def x_of(state: Tracked) -> np.ndarray | None:
-        return numpy(state.y).reshape(shape) if outer.depends_on_x else None
-
-    def finish(state: Tracked, history: Any, info: dict) -> Result:
-        return Result(state.y.reshape(shape), history, info, V=state.V, z=state.z)
-
-    return Plan(
-        step,
-        state,
-        iterate=lambda s: s.y.reshape(shape),
-        finish=finish,
-        observe=lambda s, k: {"objective_estimate": outer.value(numpy(s.z), x_of(s))},
-        objective=true_objective(problem, model, lambda s: s.y, x_of),
-        info=info,
-        gap=gap,
-        sharded=problem.sharded,  # each rank's V is its own: every rank checkpoints
-    )
+    """The plan of a method that moves a dense point on the tracked model: its result holds x, V, z."""
+    readout = TrackedReadout(problem, model, gap)
+    return Plan(step, state, readout, info=info, sharded=problem.sharded)  # each rank's V is its own
 
 
 __all__ = [
@@ -147,7 +189,8 @@ __all__ = [
     "TRACKING",
     "schedule_of",
     "tracked_model",
-    "true_objective",
+    "TrackedReadout",
+    "WEIGHT_COLUMNS",
     "line_search",
     "warm_factor",
     "dense_plan",

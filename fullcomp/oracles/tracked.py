@@ -23,6 +23,8 @@ from fullcomp.trackers import Revision, hessian_contraction, hessian_corrected, 
 JACOBIAN_TRACKERS = ("polyak", "storm", "hessian")
 #: Value trackers: Taylor (Variant II) and Polyak (Variant I).
 VALUE_TRACKERS = ("taylor", "polyak")
+#: TrackedModel's arguments take the names of the methods' options.
+RENAMED = {"jacobian": "tracker", "value": "variant"}
 #: Laws of the point w_k = y_{k-1} + alpha d_k of the Hessian correction, as Beta(a, b) shapes.
 HESSIAN_POINTS = {"uniform": (1.0, 1.0), "beta": (0.5, 0.5)}
 
@@ -64,8 +66,10 @@ class TrackedModel:
         The run's generator: every draw (batches, the Hessian tracker's point) comes from it.
     layout : str
         The point's layout, "dense" or "kept" (see :class:`EntryMap`).
-    jacobian, value : str
-        The trackers, from :data:`JACOBIAN_TRACKERS` and :data:`VALUE_TRACKERS`.
+    tracker : str
+        The Jacobian tracker, from :data:`JACOBIAN_TRACKERS` (the methods' option ``tracker``).
+    variant : str
+        The value tracker, from :data:`VALUE_TRACKERS` (HMSFW's option ``variant``).
     clip : float or None
         Rescale each sampled Jacobian to Frobenius norm at most ``clip`` (Clipped SCFW; Polyak tracker only).
     hessian_point : (a, b)
@@ -81,21 +85,27 @@ class TrackedModel:
         dtype: torch.dtype,
         generator: torch.Generator,
         layout: str = "dense",
-        jacobian: str = "polyak",
-        value: str = "taylor",
+        tracker: str = "polyak",
+        variant: str = "taylor",
         clip: float | None = None,
         hessian_point: tuple[float, float] = (1.0, 1.0),
         exact: bool = False,
+        **renamed: Any,
     ):
-        for name, value_, allowed in (("jacobian", jacobian, JACOBIAN_TRACKERS), ("value", value, VALUE_TRACKERS)):
-            if value_ not in allowed:
-                raise OptionError(f"TrackedModel: {name} must be one of {allowed}, got {value_!r}")
-        if clip is not None and jacobian != "polyak":
+        for old, new in RENAMED.items():
+            if old in renamed:
+                raise OptionError(f"TrackedModel has no argument {old!r}: it is named {new!r}, as the option")
+        if renamed:
+            raise TypeError(f"TrackedModel got unexpected arguments {', '.join(map(repr, renamed))}")
+        for name, value, allowed in (("tracker", tracker, JACOBIAN_TRACKERS), ("variant", variant, VALUE_TRACKERS)):
+            if value not in allowed:
+                raise OptionError(f"TrackedModel: {name} must be one of {allowed}, got {value!r}")
+        if clip is not None and tracker != "polyak":
             raise OptionError(
                 "clip applies to the fresh sampled Jacobian of Clipped SCFW; use it with tracker='polyak'"
             )
         self.problem, self.dtype, self.generator = problem, dtype, generator
-        self.jacobian, self.value, self.clip, self.exact = jacobian, value, clip, exact
+        self.tracker, self.variant, self.clip, self.exact = tracker, variant, clip, exact
         self.hessian_point = hessian_point
         self.entries = EntryMap(problem, device, layout)
         columns = "all" if problem.reads is None else "own" if problem.sharded else "touched"
@@ -130,7 +140,7 @@ class TrackedModel:
         """The model at y_next = y_k: one sample there, V by the Jacobian tracker (beta), z by the value
         tracker (rho); the state's other fields are kept, or set to ``changes``."""
         value, V, revision = self._track(state, y_next, beta, k)
-        if self.value == "taylor":
+        if self.variant == "taylor":
             read = self.entries.read
             if self._work is None:
                 self._work = torch.empty_like(read(y_next))
@@ -143,13 +153,13 @@ class TrackedModel:
     def _track(self, state: Tracked, y_next: torch.Tensor, beta: float, k: int) -> tuple[Any, torch.Tensor, Revision]:
         """One sample at y_next; its value, the next Jacobian tracker and the tracker's revision."""
         V, y = state.V, state.y
-        if self.jacobian == "storm":  # both Jacobians on one batch: the difference sees one sample
+        if self.tracker == "storm":  # both Jacobians on one batch: the difference sees one sample
             xi = self.batch()
             value, jac = self.sample(y_next, k, xi)
             jac_previous = self.sample(y, k, xi)[1]
             return value, storm(V, dense(jac), dense(jac_previous), beta), Revision(k)
         value, jac = self.sample(y_next, k)
-        if self.jacobian == "polyak":
+        if self.tracker == "polyak":
             if isinstance(jac, BatchJacobian):  # on the sampled columns only, into the spare buffer
                 revision = Revision(k, state.revision.tag, 1 - beta, beta, jac)
                 return value, polyak(V, jac, beta, out=self._buffer(V)), revision

@@ -2,9 +2,10 @@
 
 from fullcomp.run.budget import Budget, Stopwatch, clock
 from fullcomp.run.checkpoint import Checkpoint
-from fullcomp.run.driver import Iterate, Plan, drive
+from fullcomp.run.driver import Loop, drive
 from fullcomp.run.history import History, write_atomic
 from fullcomp.run.options import SHARED, RunOptions
+from fullcomp.run.plan import Iterate, Plan, Readout
 from fullcomp.run.result import Result
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "Checkpoint",
     "Iterate",
     "Plan",
+    "Readout",
+    "Loop",
     "RunOptions",
     "SHARED",
     "drive",

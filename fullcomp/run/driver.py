@@ -1,23 +1,20 @@
 """The loop every method shares: budget, records, true objective, callbacks, progress, checkpoints, status.
 
-A method's set-up returns a :class:`Plan`: its ``step(state, k) -> (next_state,
-row)`` (the paper's box) and how to read a state.  The driver does the rest.
-A step never modifies its state in place, so keeping the previous state costs
-nothing and an update that crosses the time budget can be discarded.  A step may
-write into the buffers of a state older than that (on the structured path HMSFW's
-tracker and iterate each alternate two buffers), so a callback that keeps states
-must copy what it needs.
+A method's set-up returns a :class:`~fullcomp.run.plan.Plan`: its ``step(state, k) -> (next_state, row)``
+(the paper's box) and its :class:`~fullcomp.run.plan.Readout`.  A :class:`Loop` does the rest, one named
+part at a time.  A step never modifies its state in place, so keeping the previous state costs nothing and
+an update that crosses the time budget can be discarded.  A step may write into the buffers of a state
+older than that (on the structured path HMSFW's tracker and iterate each alternate two buffers), so a
+callback that keeps states must copy what it needs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
@@ -27,61 +24,9 @@ from fullcomp.run.budget import Stopwatch
 from fullcomp.run.checkpoint import Checkpoint
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
+from fullcomp.run.plan import Iterate, Plan, Readout, Step
 from fullcomp.run.result import Result
 from fullcomp.serial import missing_fields
-
-Step = Callable[[dict, int], "tuple[dict, dict]"]
-
-#: Up to this many inner values, the history holds the weights F puts on each (columns q[0], q[1], ...).
-WEIGHT_COLUMNS = 64
-
-
-@dataclass
-class Iterate:
-    """What a callback sees: the iteration, the iterate x and the row being recorded.
-
-    ``state`` is the method's; later steps may reuse its buffers (and on the structured path, ``reads=``,
-    the buffer of ``x``), so copy what you keep.
-    """
-
-    k: int
-    x: Any
-    row: dict
-    state: dict
-
-
-@dataclass
-class Plan:
-    """What a method's set-up hands the driver.
-
-    ``step`` is the update; ``iterate(state)`` the point a callback sees;
-    ``finish(state, history, info)`` the Result; ``observe(state, k)`` the row
-    of the final state (outside optimizer time); ``objective(state)`` the true
-    objective when the problem can compute it (else None); ``converged(row)``
-    stops the run with status "converged"; ``weights(state)`` the weights F puts on each inner value at the
-    state's tracked u (recorded with the true objective, and in ``result.weights``); ``components`` have
-    ``state_dict``/``load_state_dict`` and are checkpointed with the state.
-    """
-
-    step: Step
-    state: dict
-    iterate: Callable[[dict], Any]
-    finish: Callable[[dict, History, dict], Result]
-    observe: Callable[[dict, int], dict] | None = None
-    objective: Callable[[dict], float] | None = None
-    converged: Callable[[dict], bool] | None = None
-    weights: Callable[[dict], Any] | None = None
-    #: More columns of a state, computed where the true objective is (outside optimizer time): estimates a
-    #: method offers beside its tracked one.
-    evaluate: Callable[[dict], dict] | None = None
-    components: dict[str, Any] = field(default_factory=dict)
-    info: dict = field(default_factory=dict)
-    #: The row's column that measures the gap or stationarity (a Frank-Wolfe gap, a gradient norm, the move of
-    #: a proximal step); the shared ``gap_tol`` stops the run with status "converged" once it is below.
-    gap: str | None = None
-    progress_key: str = "objective_estimate"
-    #: Each rank's state is its own share of the problem (sharded entries): every rank checkpoints it.
-    sharded: bool = False
 
 
 def own_checkpoint(run: RunOptions, sharded: bool) -> Checkpoint | None:
@@ -120,223 +65,275 @@ def resuming(run: RunOptions, fingerprint: dict | None, sharded: bool) -> Iterat
         yield saved
 
 
-def drive(
-    plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fullcomp", saved: dict | None = None
-) -> Result:
-    """Run ``plan.step`` until the budget is spent (or the callback, convergence or an error stops it).
+class Loop:
+    """One run of a plan: ``Loop(plan, run, fingerprint, desc, saved).run()`` steps until the budget is spent
+    (or the callback, convergence or an error stops it) and returns the Result.
 
     ``fingerprint`` identifies the run in its checkpoint (needed only when ``run.checkpoint`` is set);
-    ``saved`` is what :func:`resuming` read from it.
+    ``saved`` is what :func:`resuming` read from it.  Where an interruption lands decides what a checkpoint
+    can keep: inside a step the generator and the components have moved past the last complete state, so
+    only the last periodic checkpoint is exact; after it the step is committed first, so nothing computed is
+    lost.
     """
-    info = dict(plan.info)
-    history = History()
-    watch = Stopwatch()
-    state, k = plan.state, 0
-    generator, here = run.generator, run.world
-    own_file = plan.sharded and here.parallel
-    ckpt = own_checkpoint(run, plan.sharded)
-    if saved is not None:
-        check_saved_state(saved, plan, ckpt)
-        state, k, watch.elapsed = saved["state"], saved["k"], saved["time"]
-        history = History(r for r in saved["history"] if r["k"] < k)
+
+    def __init__(
+        self, plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fullcomp", saved: dict | None = None
+    ):
+        self.plan, self.readout, self.options = plan, plan.readout, run
+        self.fingerprint, self.desc = fingerprint, desc
+        self.info, self.history, self.watch = dict(plan.info), History(), Stopwatch()
+        self.state, self.k = plan.state, 0
+        self.here = run.world
+        self.own_file = plan.sharded and self.here.parallel
+        self.ckpt = own_checkpoint(run, plan.sharded)
+        self.metrics: dict[str, None] = dict.fromkeys(self.info.get("metrics", []))  # the callback's, in order
+        self.pending: tuple | None = None  # (row, new_state) of a finished step not yet committed
+        self.closed = False  # the last complete state's row is recorded
+        if saved is not None:
+            self.resume(saved)
+        self.committed = self.snapshot() if self.ckpt is not None else {}
+
+    # -- start ---------------------------------------------------------------------------------------------
+
+    def resume(self, saved: dict) -> None:
+        """Take the state, iteration, optimizer time, rows, generator and components a checkpoint saved."""
+        check_saved_state(saved, self.plan, self.ckpt)
+        self.state, self.k, self.watch.elapsed = saved["state"], saved["k"], saved["time"]
+        self.history = History(r for r in saved["history"] if r["k"] < self.k)
         try:
-            generator.set_state(saved["generators"][here.rank] if here.parallel else saved["generator"])
-            for name, obj in plan.components.items():
+            generators = saved["generators"][self.here.rank] if self.here.parallel else saved["generator"]
+            self.options.generator.set_state(generators)
+            for name, obj in self.plan.components.items():
                 obj.load_state_dict(saved["components"][name])
         except (KeyError, IndexError, RuntimeError, TypeError, ValueError) as exc:
             raise CheckpointError(
-                f"checkpoint {ckpt.path} is damaged ({type(exc).__name__}: {exc}); delete it, or pass "
+                f"checkpoint {self.ckpt.path} is damaged ({type(exc).__name__}: {exc}); delete it, or pass "
                 "fc.Checkpoint(path, on_mismatch='restart') to overwrite it"
             ) from None
-        info["resumed_from"] = k
+        self.info["resumed_from"] = self.k
 
-    def snapshot() -> dict:
-        """The components and the generator as the last complete state left them: the closing row's GLMO
-        and an update discarded at the time budget move them on, and a resume must not see that."""
-        components = {name: obj.state_dict() for name, obj in plan.components.items()}
-        return {"components": components, "generator": generator.get_state()}
+    # -- the loop ------------------------------------------------------------------------------------------
 
-    committed = snapshot() if ckpt is not None else {}
-
-    def save() -> None:
-        """Checkpoint the last complete state; in a distributed job every rank's generator, written by rank 0."""
-        if ckpt is None:
-            return
-        run_state = {
-            "state": state,
-            "k": k,
-            "time": watch.elapsed,
-            "history": history.saved(),
-            "components": committed["components"],
-            "horizon": run.resolved_horizon,
-        }
-        if here.parallel:
-            run_state["generators"] = distributed.gather(committed["generator"])
-        else:
-            run_state["generator"] = committed["generator"]
-        if here.writes or own_file:
-            ckpt.save(fingerprint, run_state)
-
-    def save_quietly() -> None:
-        """``save`` while another error is on its way out: that error is the one the caller must see."""
+    def run(self) -> Result:
+        """Step until a stop; the Result, with its status.  An error carries the Result of the rows so far."""
+        # numpy/scipy's OpenBLAS threads and torch's OpenMP threads contend for the same cores when the loop
+        # alternates small BLAS calls with torch ops: measured on MovieLens-100K with 2 cores,
+        # single-threaded BLAS made certified HMSFW updates 4x and projected-subgradient updates 18x faster.
+        blas = threadpool_limits(limits=1, user_api="blas")
+        self.bar = tqdm(
+            total=self.options.budget.iters,
+            initial=self.k,
+            desc=self.desc,
+            disable=not self.options.progress,
+            leave=False,
+            dynamic_ncols=True,
+        )
         try:
-            save()
-        except CheckpointError:
-            pass
+            status = self.steps()
+            if not self.closed:
+                self.close()
+            self.save()
+        except Exception as exc:
+            self.fail(exc)
+            raise
+        except KeyboardInterrupt:
+            self.keep_pending()
+            raise
+        finally:
+            self.bar.close()
+            blas.restore_original_limits()
+        return self.result(status)
 
-    def over_time(elapsed: float) -> bool:
+    def steps(self) -> str:
+        """Updates until one of the stops; why it stopped."""
+        while True:
+            stop = self.budget_spent()
+            if stop is not None:
+                return stop
+            started = self.watch.elapsed
+            with self.watch:
+                new_state, row = self.plan.step(self.state, self.k)
+            row = {"k": self.k, "time": started, **row}
+            if self.over_time(self.watch.elapsed):
+                # This update crossed the budget: score the last complete in-budget state, and its time.
+                self.watch.elapsed = started
+                self.closed = True
+                self.record(row, self.state, last=True)
+                return "seconds"
+            self.pending = (row, new_state)
+            wants_stop = self.record(row, self.state, last=False)
+            if self.here.parallel:  # a callback on any rank stops every rank
+                wants_stop = bool(distributed.agree(float(wants_stop)))
+            self.commit()
+            self.show_progress(row)
+            if self.ckpt is not None and self.k % self.ckpt.every == 0:
+                self.save()
+            if wants_stop:
+                return "callback"
+            if self.converged(row):
+                return "converged"
+
+    def budget_spent(self) -> str | None:
+        """The status the budget stops the run with before the next update, or None to go on."""
+        if not self.options.budget.iterations_left(self.k):
+            return "iterations"
+        if self.over_time(self.watch.elapsed):
+            return "seconds"
+        return None
+
+    def over_time(self, elapsed: float) -> bool:
         """The budget decision, the same on every rank (the slowest rank's time decides)."""
-        if run.budget.seconds is None:
+        if self.options.budget.seconds is None:
             return False
-        return run.budget.over_time(distributed.agree(elapsed) if here.parallel else elapsed)
+        return self.options.budget.over_time(distributed.agree(elapsed) if self.here.parallel else elapsed)
 
-    every = run.eval_every
-    want_objective = plan.objective is not None
-    metrics: dict[str, None] = dict.fromkeys(info.get("metrics", []))  # the callback's columns, in order
-    weights: dict[int, np.ndarray] = {}  # iteration -> the weights F puts on the inner values there
+    def converged(self, row: dict) -> bool:
+        """The shared ``gap_tol`` is met by the readout's gap column."""
+        tol = self.options.gap_tol
+        return tol is not None and row.get(self.readout.gap, math.inf) <= tol
 
-    def record(row: dict, at: int, current: dict, last: bool) -> bool:
-        """Append a row (with the true objective, the weights and the callback's metrics when due); False asks
-        to stop."""
-        due = last or at == 0 or (every is not None and at % every == 0)
-        if want_objective and due:
-            row["objective"] = plan.objective(current)
-        if plan.evaluate is not None and due:
-            row.update(plan.evaluate(current))
-        if plan.weights is not None and due:
-            q = weights[at] = np.asarray(plan.weights(current), dtype=np.float64)
-            if q.size <= WEIGHT_COLUMNS:
-                row.update({f"q[{i}]": float(v) for i, v in enumerate(q)})
+    def commit(self) -> None:
+        """Make the pending update's state the current one (its row is recorded already)."""
+        row, new_state = self.pending
+        rows = self.history.rows
+        if not rows or rows[-1].get("k") != row["k"]:  # a callback that raised already kept it
+            self.history.append(row)
+        self.state, self.k, self.pending = new_state, self.k + 1, None
+        if self.ckpt is not None:
+            self.committed = self.snapshot()
+
+    def show_progress(self, row: dict) -> None:
+        self.bar.update(1)
+        key = self.readout.progress
+        if key in row and self.k % 10 == 0:
+            value = row[key]
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.bar.set_postfix({key: f"{value:.3e}"}, refresh=False)
+
+    # -- rows ----------------------------------------------------------------------------------------------
+
+    def record(self, row: dict, state: Any, last: bool) -> bool:
+        """Append a row, with the readout's evaluation and the callback's metrics when due; False asks to stop."""
+        at, every = row["k"], self.options.eval_every
+        if last or at == 0 or (every is not None and at % every == 0):
+            self.evaluate(row, state)
         stop = False
-        if run.callback is not None and (last or at % (every or 1) == 0):
-            try:
-                extra = run.callback(Iterate(at, plan.iterate(current), row, current))
-            except Exception as exc:
-                history.append(row)
-                raise CallbackError(f"the callback raised {type(exc).__name__} at iteration {at}: {exc}") from exc
-            if extra is False:
-                stop = True
-            elif isinstance(extra, dict):
-                forged = [key for key in extra if key in row]
-                if forged:
-                    history.append(row)
-                    raise CallbackError(
-                        f"the callback returned column {forged[0]!r} at iteration {at}, which the run records "
-                        f"itself ({', '.join(row)}); return your metrics under other names"
-                    )
-                row.update(extra)
-                metrics.update(dict.fromkeys(extra))
-            elif extra is not None and extra is not True:
-                history.append(row)
-                raise CallbackError(
-                    f"the callback returned a {type(extra).__name__} at iteration {at}; return a dict of metrics, "
-                    "None to go on, or False to stop"
-                )
-        history.append(row)
+        if self.options.callback is not None and (last or at % (every or 1) == 0):
+            stop = self.call_back(row, state)
+        self.history.append(row)
         return stop
 
-    def result(status: str) -> Result:
-        info.update(iterations=k, optimizer_seconds=watch.elapsed, clock=watch.clock, stopped=status)
-        info["metrics"] = list(metrics)  # the callback's columns: a report tells them from the method's own
-        result = plan.finish(state, history, info)
-        if k in weights:
-            result.weights = weights[k]
-        return result
+    def evaluate(self, row: dict, state: Any) -> None:
+        """The true objective and the readout's other columns, outside optimizer time."""
+        objective = self.readout.objective(state)
+        if objective is not None:
+            row["objective"] = objective
+        row.update(self.readout.evaluate(state, row["k"]))
 
-    def closing_row() -> None:
+    def call_back(self, row: dict, state: Any) -> bool:
+        """Run the callback on the row's state; its metrics join the row.  True asks to stop."""
+        at = row["k"]
+        try:
+            extra = self.options.callback(Iterate(at, self.readout.iterate(state), row, state))
+        except Exception as exc:
+            self.history.append(row)
+            raise CallbackError(f"the callback raised {type(exc).__name__} at iteration {at}: {exc}") from exc
+        if extra is False:
+            return True
+        if isinstance(extra, dict):
+            forged = [key for key in extra if key in row]
+            if forged:
+                self.history.append(row)
+                raise CallbackError(
+                    f"the callback returned column {forged[0]!r} at iteration {at}, which the run records "
+                    f"itself ({', '.join(row)}); return your metrics under other names"
+                )
+            row.update(extra)
+            self.metrics.update(dict.fromkeys(extra))
+        elif extra is not None and extra is not True:
+            self.history.append(row)
+            raise CallbackError(
+                f"the callback returned a {type(extra).__name__} at iteration {at}; return a dict of metrics, "
+                "None to go on, or False to stop"
+            )
+        return False
+
+    def close(self) -> None:
         """The row of the last complete state, outside optimizer time."""
-        row = {"k": k, "time": watch.elapsed, **(plan.observe(state, k) if plan.observe else {})}
-        record(row, k, state, True)
+        self.closed = True
+        row = {"k": self.k, "time": self.watch.elapsed, **self.readout.observe(self.state, self.k)}
+        self.record(row, self.state, last=True)
 
-    # numpy/scipy's OpenBLAS threads and torch's OpenMP threads contend for the same cores when the loop
-    # alternates small BLAS calls with torch ops: measured on MovieLens-100K with 2 cores, single-threaded
-    # BLAS made certified HMSFW updates 4x and projected-subgradient updates 18x faster.
-    blas = threadpool_limits(limits=1, user_api="blas")
-    bar = tqdm(total=run.budget.iters, initial=k, desc=desc, disable=not run.progress, leave=False, dynamic_ncols=True)
-    status, closed = "iterations", False
-    # Where an interruption lands decides what a checkpoint can keep: inside a step the generator and the
-    # components have moved past the last complete state, so only the last periodic checkpoint is exact;
-    # after it the step is committed first, so nothing computed is lost.
-    pending: tuple | None = None  # (row, new_state) of a finished step not yet committed
+    # -- checkpoints ---------------------------------------------------------------------------------------
 
-    def commit() -> None:
-        nonlocal state, k, pending, committed
-        row, new_state = pending
-        if not history.rows or history.rows[-1].get("k") != row["k"]:  # a callback that raised already kept it
-            history.append(row)
-        state, k, pending = new_state, k + 1, None
-        if ckpt is not None:
-            committed = snapshot()
+    def snapshot(self) -> dict:
+        """The components and the generator as the last complete state left them: the closing row's GLMO
+        and an update discarded at the time budget move them on, and a resume must not see that."""
+        components = {name: obj.state_dict() for name, obj in self.plan.components.items()}
+        return {"components": components, "generator": self.options.generator.get_state()}
 
-    try:
-        while True:
-            if not run.budget.iterations_left(k):
-                break
-            if over_time(watch.elapsed):
-                status = "seconds"
-                break
-            started = watch.elapsed
-            with watch:
-                new_state, row = plan.step(state, k)
-            row = {"k": k, "time": started, **row}
-            if over_time(watch.elapsed):
-                # This update crossed the budget: score the last complete in-budget state, and its time.
-                watch.elapsed = started
-                status, closed = "seconds", True
-                record(row, k, state, True)
-                break
-            pending = (row, new_state)
-            wants_stop = record(row, k, state, False)
-            if here.parallel:  # a callback on any rank stops every rank
-                wants_stop = bool(distributed.agree(float(wants_stop)))
-            commit()
-            bar.update(1)
-            if plan.progress_key in row and k % 10 == 0:
-                value = row[plan.progress_key]
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    bar.set_postfix({plan.progress_key: f"{value:.3e}"}, refresh=False)
-            if ckpt is not None and k % ckpt.every == 0:
-                save()
-            if wants_stop:
-                status = "callback"
-                break
-            if (plan.converged is not None and plan.converged(row)) or (
-                run.gap_tol is not None and row.get(plan.gap, math.inf) <= run.gap_tol
-            ):
-                status = "converged"
-                break
-        if not closed:
-            closed = True
-            closing_row()
-        save()
-    except Exception as exc:
-        # Every finite row so far is kept, with the last complete state's own row when it can be computed.
-        if pending is not None:
-            commit()
-            if not here.parallel:  # a collective now could wait on a rank that failed elsewhere
-                save_quietly()
-        elif not closed and not isinstance(exc, CallbackError):
+    def save(self) -> None:
+        """Checkpoint the last complete state; in a distributed job every rank's generator, written by rank 0."""
+        if self.ckpt is None:
+            return
+        run_state = {
+            "state": self.state,
+            "k": self.k,
+            "time": self.watch.elapsed,
+            "history": self.history.saved(),
+            "components": self.committed["components"],
+            "horizon": self.options.resolved_horizon,
+        }
+        if self.here.parallel:
+            run_state["generators"] = distributed.gather(self.committed["generator"])
+        else:
+            run_state["generator"] = self.committed["generator"]
+        if self.here.writes or self.own_file:
+            self.ckpt.save(self.fingerprint, run_state)
+
+    def keep_pending(self) -> None:
+        """Commit a finished update an interruption caught, and checkpoint it when this rank can alone."""
+        if self.pending is None:
+            return
+        self.commit()
+        if not self.here.parallel:  # a collective now could wait on a rank that failed elsewhere
             try:
-                closing_row()
+                self.save()
+            except CheckpointError:  # the error on its way out is the one the caller must see
+                pass
+
+    # -- the end -------------------------------------------------------------------------------------------
+
+    def fail(self, exc: Exception) -> None:
+        """Keep every finite row so far, with the last complete state's own row when it can be computed, and
+        attach the Result of the failed run to ``exc``."""
+        if self.pending is not None:
+            self.keep_pending()
+        elif not self.closed and not isinstance(exc, CallbackError):
+            try:
+                self.close()
             except Exception:  # noqa: BLE001 - the state that failed may not be observable either
                 pass
-        failed = result("error")
+        failed = self.result("error")
         failed.info["error"] = f"{type(exc).__name__}: {exc}"
         try:
             exc.result = failed
         except AttributeError:  # an exception type that takes no attributes
             pass
-        raise
-    except KeyboardInterrupt:
-        if pending is not None:
-            commit()
-            if not here.parallel:
-                save_quietly()
-        raise
-    finally:
-        bar.close()
-        blas.restore_original_limits()
-    return result(status)
+
+    def result(self, status: str) -> Result:
+        info = self.info
+        info.update(iterations=self.k, optimizer_seconds=self.watch.elapsed, clock=self.watch.clock, stopped=status)
+        info["metrics"] = list(self.metrics)  # the callback's columns: a report tells them from the method's own
+        return self.readout.result(self.state, self.history, info)
+
+
+def drive(
+    plan: Plan, run: RunOptions, fingerprint: dict | None, desc: str = "fullcomp", saved: dict | None = None
+) -> Result:
+    """Run ``plan`` in a :class:`Loop` until the budget is spent (or the callback, convergence or an error
+    stops it); its Result."""
+    return Loop(plan, run, fingerprint, desc, saved).run()
 
 
 def check_saved_state(saved: dict, plan: Plan, ckpt: Checkpoint | None) -> None:
@@ -349,3 +346,6 @@ def check_saved_state(saved: dict, plan: Plan, ckpt: Checkpoint | None) -> None:
             f"checkpoint {ckpt.path if ckpt else ''} is damaged: it has no {', '.join(missing)}; delete it, or pass "
             "fc.Checkpoint(path, on_mismatch='restart') to overwrite it"
         )
+
+
+__all__ = ["Loop", "drive", "resuming", "Plan", "Readout", "Iterate", "Step"]

@@ -16,62 +16,47 @@ from fullcomp.run.history import History, plain, write_atomic
 STATUSES = ("iterations", "seconds", "callback", "converged", "error")
 
 
-#: The outputs a method returns besides x, each a declared attribute of :class:`Result` (None when the method
-#: has none), and what it holds.
-OUTPUTS = {
-    "V": "the Jacobian tracker V_k, n x the entries read (HMSFW, SCFW, PSG, prox-linear)",
-    "z": "the value tracker z_k of those methods; for SMAG, psi's maximizer z",
-    "x_entries": "HMSFW's iterate at the entries it keeps (reads, then track); the dense x on the dense path",
-    "entries": "those entries (an Entries; None on the dense path)",
-    "atoms": "the iterate's atomic form [(atom, weight)]: HMSFW on reads=, Frank-Wolfe's active set",
-    "x_start_weight": "the weight of the start point in HMSFW's atomic form",
-    "w": "LiNASA+ICG's value tracker w_k",
-    "d": "LiNASA+ICG's direction d_k",
-    "x_phi": "SMAG's estimate of prox_{gamma Phi}(x)",
-    "x_psi": "SMAG's estimate of prox_{gamma Psi}(x)",
-    "y": "the maximizer y of phi (SMAG and the min-max methods)",
-    "G": "SMAG's gradient estimate",
-    "L": "Frank-Wolfe's estimate of the smoothness constant of its line search",
-}
-
-
 class Result:
     """A finished run: the iterate ``x``, the ``history``, a summary ``info`` and the ``status``.
 
-    The outputs of :data:`OUTPUTS` are attributes (None where the method has none); any other point a method
-    keeps (the DC methods' anchors and inner iterates, a user's method's own outputs) is in ``points``, by
-    name.  ``save(folder)`` writes it and :meth:`Result.load` reads it back.
+    The outputs the method declares (its readout's ``outputs``: trackers, an atomic form, dual points) are
+    attributes, and ``outputs`` holds them by name; any other point a method keeps (the DC methods' anchors
+    and inner iterates) is in ``points``, by name.  ``x`` is None when a run keeps no dense iterate; then
+    ``stand_in`` names the output that :meth:`save` writes in its place.  ``save(folder)`` writes the result
+    and :meth:`Result.load` reads it back.
     """
 
-    V: Any
-    z: Any
-    x_entries: Any
-    entries: Any
-    atoms: Any
-    x_start_weight: float | None
-    w: Any
-    d: Any
-    x_phi: Any
-    x_psi: Any
-    y: Any
-    G: Any
-    L: float | None
-
-    def __init__(self, x: Any, history: History, info: dict, points: dict | None = None, **outputs: Any):
-        unknown = sorted(set(outputs) - set(OUTPUTS))
-        if unknown:
-            raise TypeError(
-                f"Result has no output {', '.join(map(repr, unknown))}; the declared ones are {', '.join(OUTPUTS)}, "
-                "and others go in points={name: value}"
-            )
+    def __init__(
+        self,
+        x: Any,
+        history: History,
+        info: dict,
+        points: dict | None = None,
+        stand_in: str | None = None,
+        **outputs: Any,
+    ):
         self.x, self.history, self.info = x, history, info
+        #: The method's declared outputs, by name.
+        self.outputs: dict[str, Any] = outputs
+        #: The output saved in place of x when x is None.
+        self.stand_in = stand_in
         #: The weights F puts on each inner value at the final tracked u (the adversary's q of a worst case,
         #: a CVaR, a DRO risk), for a composite problem; None otherwise.
         self.weights: np.ndarray | None = None
         #: Other points the method keeps, by name.
         self.points: dict[str, Any] = dict(points or {})
-        for name in OUTPUTS:
-            setattr(self, name, outputs.get(name))
+
+    def __getattr__(self, name: str) -> Any:
+        outputs = self.__dict__.get("outputs")
+        if outputs is None or name.startswith("__"):
+            raise AttributeError(name)
+        if name in outputs:
+            return outputs[name]
+        method = self.__dict__.get("info", {}).get("method", "this method")
+        raise AttributeError(
+            f"the result of {method} has no output {name!r}; its outputs are {', '.join(outputs) or 'none'} "
+            f"(result.outputs), and its other points are in result.points ({', '.join(self.points) or 'none'})"
+        )
 
     @property
     def value(self) -> float | None:
@@ -97,13 +82,14 @@ class Result:
 
     def save(self, folder: str | os.PathLike) -> Path:
         """Write ``history.csv``, ``summary.json`` and the final iterate ``x.npy`` into ``folder``
-        (``x_entries.npy`` when a structured run kept no dense iterate, ``x.npz`` for a dict or module)."""
+        (``<stand_in>.npy`` when the run kept no dense iterate, ``x.npz`` for a dict or module)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.history.to_csv(folder / "history.csv")
         write_atomic(folder / "summary.json", json.dumps(self.summary(), indent=1, default=str))
         # Structured runs too large for a dense iterate save the values they keep instead.
-        x = self.x if self.x is not None else self.x_entries
+        name = "x" if self.x is not None or self.stand_in is None else self.stand_in
+        x = self.x if name == "x" else self.outputs.get(name)
         if isinstance(x, torch.nn.Module):
             x = dict(x.named_parameters())
         if isinstance(x, dict):  # parameters of a model: one array per name
@@ -111,10 +97,9 @@ class Result:
                 np.savez(fh, **{k: v.detach().cpu().numpy() for k, v in x.items()})
             os.replace(folder / ".x.npz.tmp", folder / "x.npz")
         elif x is not None:
-            name = "x.npy" if self.x is not None else "x_entries.npy"
-            with open(folder / f".{name}.tmp", "wb") as fh:
+            with open(folder / f".{name}.npy.tmp", "wb") as fh:
                 np.save(fh, x.detach().cpu().numpy())
-            os.replace(folder / f".{name}.tmp", folder / name)
+            os.replace(folder / f".{name}.npy.tmp", folder / f"{name}.npy")
         return folder
 
     @classmethod
@@ -134,22 +119,26 @@ class Result:
                 f"{folder} is not a saved fullcomp run ({exc}); pass a folder written by Result.save"
             ) from None
         info = {k: v for k, v in summary.items() if k not in ("final", "status", "weights")}
-        x, outputs = None, {}
+        x, outputs, stand_in = None, {}, None
+        # Only the iterate is saved: x.npy, x.npz, or the one output that stood in for it.
+        stand_ins = sorted(p.stem for p in folder.glob("*.npy") if p.stem != "x")
+        path = next((folder / n for n in ("x.npy", "x.npz") if (folder / n).exists()), None)
+        path = path or (folder / f"{stand_ins[0]}.npy" if stand_ins else None)
         try:
-            if (folder / "x.npy").exists():
-                x = torch.from_numpy(np.load(folder / "x.npy", allow_pickle=False))
-            elif (folder / "x.npz").exists():
-                with np.load(folder / "x.npz", allow_pickle=False) as arrays:
+            if path is not None and path.suffix == ".npz":
+                with np.load(path, allow_pickle=False) as arrays:
                     x = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
-            elif (folder / "x_entries.npy").exists():
-                outputs["x_entries"] = torch.from_numpy(np.load(folder / "x_entries.npy", allow_pickle=False))
+            elif path is not None and path.stem == "x":
+                x = torch.from_numpy(np.load(path, allow_pickle=False))
+            elif path is not None:
+                stand_in = path.stem
+                outputs[stand_in] = torch.from_numpy(np.load(path, allow_pickle=False))
         except (OSError, ValueError, TypeError, EOFError) as exc:
-            name = next(n for n in ("x.npy", "x.npz", "x_entries.npy") if (folder / n).exists())
             raise DataError(
-                f"{folder / name} is not an array file fullcomp can read without running code ({exc}); "
+                f"{path} is not an array file fullcomp can read without running code ({exc}); "
                 "write it with Result.save, or remove it"
             ) from None
-        result = cls(x, history, info, **outputs)
+        result = cls(x, history, info, stand_in=stand_in, **outputs)
         if isinstance(summary.get("weights"), list):
             result.weights = np.asarray(summary["weights"], dtype=np.float64)
         return result
