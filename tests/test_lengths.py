@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fullcomp"
 LIMIT, STRICT_LIMIT = 100, 60
 STRICT = ("run", "algorithms")
 
+
 def lengths() -> list[tuple[str, str, int, int]]:
     """(path inside the package, function, its lines, its limit) for every function and method."""
     found = []
