@@ -13,12 +13,12 @@ import torch
 from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Atom, Entries, MixtureAtom, RankOneAtom, ScaledRows
-from fullcomp.sets.base import Ball, Set, as_shape, check_radius, numeric
+from fullcomp.sets.base import Ball, Set, as_shape, check_radius
 from fullcomp.sets.lanczos import DevicePattern, SingularPair, SparsePattern
 from fullcomp.sets.subspace import RitzSubspace
 
 if TYPE_CHECKING:
-    from fullcomp.glmo.segments import Segments
+    from fullcomp.sets.segments import Segments
 
 LANCZOS_TOL = 1e-7
 #: Up to this many rows or columns on the shorter side and this many entries, the top pair comes from a dense
@@ -81,7 +81,6 @@ class L1Ball(Ball):
 
     polytope = True
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         out = np.zeros_like(d)
         i = np.argmax(np.abs(d))
@@ -89,7 +88,6 @@ class L1Ball(Ball):
             out.flat[i] = -self.radius * np.sign(d.flat[i])
         return out
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return project_l1(p, self.radius)
 
@@ -100,13 +98,11 @@ class L1Ball(Ball):
 class L2Ball(Ball):
     """{x : ||x||_2 <= radius}, Frobenius norm for matrices."""
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):  # a non-finite d is refused by its callers' checks
             norm = np.linalg.norm(d)
             return np.zeros_like(d) if norm == 0 else -self.radius * d / norm
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         norm = np.linalg.norm(p)
         return p.copy() if norm <= self.radius else p * (self.radius / norm)
@@ -190,7 +186,6 @@ class NuclearBall(Set):
         v, sigma, u, upper = lanczos.top_singular_pair(d_t, d, start, tol=tol, stop=stop, draws=draws and draws[::-1])
         return SingularPair(u, sigma, v, upper)
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         if not np.any(d):
             return np.zeros_like(d)
@@ -379,7 +374,6 @@ class NuclearBall(Set):
         self._pattern_for(entries)
         return self._pattern[2]
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         """Soft-threshold the singular values onto the l1 ball of ``radius``.
 
