@@ -64,14 +64,21 @@ def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
     return (np.sign(flat) * project_simplex(np.abs(flat), radius)).reshape(v.shape)
 
 
-def project_simplex(v: np.ndarray, total: float) -> np.ndarray:
-    """Projection of a vector onto {w >= 0, sum w = total}."""
+def project_simplex(v: np.ndarray, total: float = 1.0) -> np.ndarray:
+    """The Euclidean projection of ``v`` onto {w >= 0, sum w = total} (the probability simplex by default).
+
+    The library's one simplex projection (sort and threshold, Held et al. 1974; Duchi et al. 2008), used by
+    :class:`Simplex`, the l1 and nuclear balls, the spectral sets and F's smoothed weights.  ``v`` is a finite
+    array of any shape, summed over all its entries; the result has its shape, in float64.  ``total`` >= 0.
+    """
+    v = np.asarray(v, dtype=np.float64)
     if total == 0:
         return np.zeros_like(v)
-    mu = np.sort(v)[::-1]
+    flat = v.ravel()
+    mu = np.sort(flat)[::-1]
     cssv = np.cumsum(mu) - total
-    ind = np.arange(1, v.size + 1)
-    rho = np.nonzero(mu - cssv / ind > 0)[0][-1]
+    ind = np.arange(1, flat.size + 1)
+    rho = np.nonzero(mu - cssv / ind > 0)[0][-1]  # never empty for total > 0: index 0 gives total > 0
     theta = cssv[rho] / (rho + 1.0)
     return np.maximum(v - theta, 0.0)
 
