@@ -244,6 +244,7 @@ class _SetProbe:
         self.knows_membership = domain.has_project or domain._defines("contains")
         self._programs: dict[tuple[str, str], tuple[cp.Problem, cp.Variable, cp.Parameter]] = {}
         self._atoms: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._projections: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     def _arrays(self, given: Iterable[Any], what: str) -> list[np.ndarray]:
         out = [np.asarray(a, dtype=np.float64) for a in given]
@@ -291,6 +292,32 @@ class _SetProbe:
                 self._atoms.append((g, np.asarray(s, dtype=np.float64)))
         return self._atoms
 
+    def projections(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(p, project(p)) for the test points and the midpoints of LMO points (points of the set), each result
+        checked for its type, shape and finiteness, and to be in the set by what knows it apart from project:
+        the set's contains, else CVXPY.  Empty for a set without project."""
+        if self._projections is None:
+            self._projections = []
+            if not self.domain.has_project:
+                return self._projections
+            atoms = [s for _, s in self.atoms()]
+            for p in self.points + [0.5 * (a + b) for a, b in zip(atoms, atoms[1:])]:
+                q = self.domain.project(p.copy())
+                assert isinstance(q, np.ndarray), f"{self.name}.project(numpy array) returned {type(q).__name__}"
+                assert q.shape == self.shape, f"{self.name}.project returned shape {q.shape}, not {self.shape}"
+                assert np.all(np.isfinite(q)), f"{self.name}.project({_show(p)}) has non-finite entries"
+                what = f"project({_show(p)}) = {_show(q)}"
+                if self.domain._defines("contains"):
+                    assert self.domain.contains(q, tol=self.tol), f"{self.name}: {what} is outside the set"
+                for source in self.sources:  # the default contains asks project itself: CVXPY decides
+                    distance = self.solve(source, "distance", q)
+                    assert distance <= self.tol * self.scale, (
+                        f"{self.name}: {what} is outside the set: {distance:.3g} (max norm) from the set {source} "
+                        "describe"
+                    )
+                self._projections.append((p, np.asarray(q, dtype=np.float64)))
+        return self._projections
+
     def slack(self, g: np.ndarray) -> float:
         """The tolerance on <g, x> over the set: tol relative to the largest it can vary, ||g|| diameter."""
         return self.tol * max(1.0, float(np.linalg.norm(g)) * float(self.domain.diameter))
@@ -325,8 +352,9 @@ class _SetProbe:
         return float(problem.value)
 
     def assert_in_set(self, x: np.ndarray, what: str) -> None:
-        """x is in the set: by its contains (or projection) when it has one, else by CVXPY's distance to it."""
-        if self.knows_membership:
+        """x is in the set: by the set's own contains, else by CVXPY's distance to it, else by the default
+        contains (which projects); unchecked for a set known by its LMO alone."""
+        if self.domain._defines("contains") or (self.domain.has_project and not self.sources):
             assert self.domain.contains(x, tol=self.tol), f"{self.name}: {what} is not in the set (contains is False)"
             return
         for source in self.sources:
@@ -367,8 +395,7 @@ def _lmo_optimal(probe: _SetProbe) -> None:
     no larger than at the set's other points (its other LMO points, their midpoints, projections)."""
     atoms = probe.atoms()
     others = [s for _, s in atoms] + [0.5 * (a + b) for (_, a), (_, b) in zip(atoms, atoms[1:])]
-    if probe.domain.has_project:
-        others += [np.asarray(probe.domain.project(p), dtype=np.float64) for p in probe.points]
+    others += [q for _, q in probe.projections()]
     for g, s in atoms:
         value, slack = float(np.sum(g * s)), probe.slack(g)
         for source in probe.sources:
@@ -392,18 +419,7 @@ def _projection(probe: _SetProbe) -> None:
     """project(p) is in the set, a point of the set is its own projection, and project(p) is the nearest point:
     <p - project(p), s - project(p)> <= 0 for the LMO's s that maximizes it, and CVXPY finds none nearer."""
     X, name = probe.domain, probe.name
-    if not X.has_project:
-        return
-    for p in probe.points + [0.5 * (a + b) for (_, a), (_, b) in zip(probe.atoms(), probe.atoms()[1:])]:
-        q = X.project(p.copy())
-        assert isinstance(q, np.ndarray) and q.shape == probe.shape, f"{name}.project returned {type(q).__name__}"
-        assert np.all(np.isfinite(q)), f"{name}.project({_show(p)}) has non-finite entries"
-        if X._defines("contains") or not probe.knows_membership:
-            probe.assert_in_set(q, f"project({_show(p)}) = {_show(q)}")
-        elif probe.sources:  # contains comes from project itself: ask CVXPY instead
-            for source in probe.sources:
-                distance = probe.solve(source, "distance", q)
-                assert distance <= probe.tol * probe.scale, f"{name}: project({_show(p)}) is outside the set"
+    for p, q in probe.projections():
         again = np.asarray(X.project(q.copy()), dtype=np.float64)
         assert np.linalg.norm(again - q) <= probe.tol * probe.scale, (
             f"{name}: project is not idempotent: a projected point moves by {np.linalg.norm(again - q):.3g}"
@@ -428,9 +444,7 @@ def _projection(probe: _SetProbe) -> None:
 def _diameter(probe: _SetProbe) -> None:
     """No two of the set's points (its LMO points and projections) are farther apart than its diameter."""
     X = probe.domain
-    pts = [s for _, s in probe.atoms()]
-    if X.has_project:
-        pts += [np.asarray(X.project(p), dtype=np.float64) for p in probe.points]
+    pts = [s for _, s in probe.atoms()] + [q for _, q in probe.projections()]
     flat = np.array([p.ravel() for p in pts])
     gram = flat @ flat.T
     far = math.sqrt(max(float((np.diag(gram)[:, None] + np.diag(gram)[None, :] - 2 * gram).max()), 0.0))
