@@ -386,13 +386,16 @@ def _show(a: np.ndarray) -> str:
 
 
 def _interface(probe: _SetProbe) -> None:
-    """shape is a tuple of positive ints, diameter a finite number >= 0; the optional methods a set lacks raise
-    a DomainError saying so."""
+    """shape is a tuple of positive ints, diameter a finite number >= 0, the default start (what a run starts
+    from when given no x0) a point of the set; the optional methods a set lacks raise a DomainError saying so."""
     X, name = probe.domain, probe.name
     assert isinstance(X.shape, tuple) and all(isinstance(s, int) and s > 0 for s in X.shape), (
         f"{name}.shape must be a tuple of positive ints, got {X.shape!r}"
     )
     assert math.isfinite(float(X.diameter)) and float(X.diameter) >= 0, f"{name}.diameter is {X.diameter!r}"
+    start = np.asarray(X.default_point(), dtype=np.float64)
+    assert start.shape == probe.shape, f"{name}.default_point() has shape {start.shape}, not {probe.shape}"
+    probe.assert_in_set(start, f"the default start {_show(start)}")
     zero = np.zeros(X.shape)
     for method, call in (("project", lambda: X.project(zero)), ("contains", lambda: X.contains(zero))):
         try:
@@ -573,6 +576,9 @@ def check_set(
 ) -> None:
     """Check a set against the guarantees every method relies on; AssertionError names the one broken.
 
+    What a set without ``project``, ``contains`` and ``cvxpy_constraints`` can be checked on is its LMO
+    against itself (no point it returns for one direction may beat the one for another) and its diameter.
+
     Parameters
     ----------
     domain : fc.Set
@@ -594,9 +600,6 @@ def check_set(
         diameter.  CVXPY's solvers are accurate to about 1e-8, so 1e-6 leaves them room.
     seed : int
         Seed of the random directions and points.
-
-    What a set without ``project``, ``contains`` and ``cvxpy_constraints`` can be checked on is its LMO
-    against itself (no point it returns for one direction may beat the one for another) and its diameter.
     """
     probe = _SetProbe(domain, constraints, directions, points, tol, seed)
     names = list(SET_CHECKS) if checks is None else list(checks)

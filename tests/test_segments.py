@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import fullcomp as fc
-from fullcomp.sets.segments import Segments
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Entries
+from fullcomp.sets.segments import Segments
 
 
 def segmented(rng: np.random.Generator, rows: list[int], sizes: list[int], zeros: float = 0.3) -> np.ndarray:

@@ -172,8 +172,8 @@ class Set(ABC):
         the Frank-Wolfe methods (hmsfw, scfw) never call it.
         """
         raise DomainError(
-            f"{type(self).__name__} has no project(); PSG and prox-linear (and LiNASA+ICG from a given x0) need "
-            "it: define project(point), or use a projection-free method such as hmsfw"
+            f"{type(self).__name__} has no project(); PSG, prox-linear, the min-max methods (for Y and Z) and "
+            "LiNASA+ICG from a given x0 need it: define project(point), or use a projection-free method such as hmsfw"
         )
 
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
