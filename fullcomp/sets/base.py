@@ -48,12 +48,15 @@ def check_radius(radius: float, name: str = "radius") -> float:
 ADAPTED = ("lmo", "project")
 
 
+_FLOAT64 = np.dtype(np.float64)
+
+
 def _result_dtype(point: Any) -> Any:
     """The dtype a result comes back in: the input's when it is floating point, float64 otherwise (an int array)."""
     if isinstance(point, torch.Tensor):
         return point.dtype if point.is_floating_point() else torch.float64
     dtype = getattr(point, "dtype", None)
-    return dtype if dtype is not None and np.issubdtype(dtype, np.floating) else np.float64
+    return dtype if dtype is not None and np.issubdtype(dtype, np.floating) else _FLOAT64
 
 
 def adapt(fn: Callable[..., Any]) -> Callable[..., Array]:
@@ -71,7 +74,11 @@ def adapt(fn: Callable[..., Any]) -> Callable[..., Array]:
 
     @functools.wraps(fn)
     def method(self: Set, point: Array, *args: Any, **kwargs: Any) -> Array:
-        if isinstance(point, torch.Tensor):
+        if type(point) is np.ndarray and point.dtype is _FLOAT64:  # the solvers' own calls: no conversion
+            out = fn(self, self._check(point), *args, **kwargs)
+            if type(out) is not np.ndarray or out.dtype is not _FLOAT64:
+                out = np.asarray(out, dtype=_FLOAT64)
+        elif isinstance(point, torch.Tensor):
             if self.takes_tensors:
                 self._check_shape(tuple(point.shape), "an input")
                 if not bool(torch.isfinite(point).all()):
@@ -84,7 +91,8 @@ def adapt(fn: Callable[..., Any]) -> Callable[..., Array]:
         else:
             out = fn(self, self._check(np.asarray(point, dtype=np.float64)), *args, **kwargs)
             out = np.asarray(out, dtype=_result_dtype(point))
-        self._check_shape(tuple(out.shape), f"{name}()'s result")
+        if out.shape != self.shape:
+            self._check_shape(tuple(out.shape), f"{name}()'s result")
         return out
 
     method.unchecked = fn  # type: ignore[attr-defined]
