@@ -660,3 +660,18 @@ def test_vector_product_is_scipy_product_bit_for_bit():
     product = lanczos.vector_product(csr)
     csr.data = csr.data * 2.0  # a refill: the product reads the new values
     assert np.array_equal(product(x := rng.standard_normal(40)), csr @ x)
+
+
+def test_project_simplex_takes_any_shape_and_total():
+    from fullcomp.sets.balls import project_simplex
+
+    rng = np.random.default_rng(21)
+    v = rng.standard_normal((3, 4))
+    flat = project_simplex(v.ravel(), 2.5)
+    np.testing.assert_array_equal(project_simplex(v, 2.5), flat.reshape(3, 4))
+    w = cp.Variable(12)
+    cp.Problem(cp.Minimize(cp.sum_squares(w - v.ravel())), [w >= 0, cp.sum(w) == 2.5]).solve(solver="CLARABEL")
+    np.testing.assert_allclose(flat, w.value, atol=1e-6)
+    assert flat.min() >= 0 and flat.sum() == pytest.approx(2.5, rel=1e-12)
+    np.testing.assert_array_equal(project_simplex([0.2, 0.5, 0.3]), [0.2, 0.5, 0.3])  # the default total is 1
+    assert not project_simplex(v, 0.0).any()
