@@ -13,17 +13,21 @@ The small problems it runs on are public too (:func:`composite_problem`, :func:`
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import cvxpy as cp
+import numpy as np
 import torch
 
 import fullcomp as fc
-from fullcomp.errors import CheckpointError, OptionError
+from fullcomp.errors import CheckpointError, DomainError, OptionError
+from fullcomp.sets.base import Set
 
 
 def composite_problem(
@@ -200,3 +204,451 @@ def check_method(name: str, problem: Callable[..., Any] | None = None, **require
 
 
 __all__ = ["check_method", "composite_problem", "dc_problem", "minimax_problem"]
+
+
+# --- Sets: check_set and parametrize_set_checks ---------------------------------------------------------------
+#
+# A set's guarantees, checked against answers that do not come from the set's own code where one exists: CVXPY
+# over constraints (the set's cvxpy_constraints, and any the caller writes independently), and the set's other
+# oracles (an LMO cross-checks a projection's variational inequality, projections give feasible points an LMO
+# must not beat).  Each check is a function of (domain, options); check_set runs them all.
+
+
+def set_directions(shape: tuple[int, ...], seed: int | np.random.Generator = 0) -> list[np.ndarray]:
+    """The directions :func:`check_set` tries an LMO on: three random ones, then the degenerate ones where LMOs
+    have failed: zero, constant of both signs, all positive, all negative, ties everywhere, repeated maxima and
+    minima, a one-hot, alternating signs."""
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape))
+    ties = rng.integers(-2, 3, size).astype(float)
+    top = rng.standard_normal(size)
+    top[: min(3, size)] = top.max() + 1.0
+    top[-min(2, size) :] = top.min() - 1.0
+    one_hot = np.zeros(size)
+    one_hot[size // 2] = -1.0
+    cases = [rng.standard_normal(size) for _ in range(3)]
+    cases += [np.zeros(size), np.ones(size), -np.ones(size), 2.5 * np.ones(size)]
+    cases += [np.abs(rng.standard_normal(size)) + 0.1, -np.abs(rng.standard_normal(size)) - 0.1, ties, top, -top]
+    cases += [one_hot, np.where(np.arange(size) % 2 == 0, 1.0, -1.0)]
+    return [c.reshape(shape) for c in cases]
+
+
+#: Compiled CVXPY programs by set, kept across the checks of one set (parametrize_set_checks runs each check on
+#: its own): compiling costs ten to a hundred times a solve.
+_SET_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@functools.cache
+def _solver() -> str | None:
+    return "CLARABEL" if "CLARABEL" in cp.installed_solvers() else None
+
+
+class _SetProbe:
+    """The set under test, its test directions and points, and the CVXPY programs over its constraints (built once)."""
+
+    def __init__(
+        self,
+        domain: Set,
+        constraints: Callable[[cp.Variable], list] | None,
+        directions: Iterable[Any] | None,
+        points: Iterable[Any] | None,
+        tol: float,
+        seed: int,
+    ):
+        if not isinstance(domain, Set):
+            raise DomainError(f"check_set's domain must be a fullcomp set (a subclass of fc.Set), got {domain!r}")
+        if constraints is not None and not callable(constraints):
+            raise DomainError("constraints must be a callable constraints(var) -> list of CVXPY constraints, or None")
+        if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+            raise DomainError(f"tol must be a number in (0, 1), got {tol!r}; the default 1e-6 suits CVXPY's accuracy")
+        self.domain, self.tol, self.name = domain, float(tol), type(domain).__name__
+        self.shape = tuple(domain.shape)
+        self.rng = np.random.default_rng(seed)
+        self.scale = max(1.0, float(domain.diameter))
+        self.directions = (
+            self._arrays(directions, "directions") if directions is not None else set_directions(self.shape, self.rng)
+        )
+        self.points = self._arrays(points, "points") if points is not None else self._points()
+        self.sources: dict[str, Callable[[cp.Variable], list]] = {}
+        if domain._defines("cvxpy_constraints"):
+            self.sources["its cvxpy_constraints"] = domain.cvxpy_constraints
+        if constraints is not None:
+            self.sources["the constraints given to check_set"] = constraints
+        self.given = constraints
+        self.knows_membership = domain.has_project or domain._defines("contains")
+        try:
+            self._programs = _SET_PROGRAMS.setdefault(domain, {})
+        except TypeError:  # a set that cannot be weakly referenced or hashed compiles its own
+            self._programs = {}
+        self._atoms: list[tuple[np.ndarray, np.ndarray]] | None = None
+        self._projections: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    def _arrays(self, given: Iterable[Any], what: str) -> list[np.ndarray]:
+        out = [np.asarray(a, dtype=np.float64) for a in given]
+        for a in out:
+            if a.shape != self.shape or not np.all(np.isfinite(a)):
+                raise DomainError(f"check_set's {what} must be finite arrays of the set's shape {self.shape}")
+        return out
+
+    def _points(self) -> list[np.ndarray]:
+        """Points to project: far and near (at the set's scale), the origin, a constant, integer-valued."""
+        rng, r = self.rng, self.scale
+        return [
+            3.0 * r * rng.standard_normal(self.shape),
+            0.4 * r * rng.standard_normal(self.shape),
+            np.zeros(self.shape),
+            2.0 * np.ones(self.shape),
+            rng.integers(-2, 3, self.shape).astype(float),
+        ]
+
+    def atoms(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(g, lmo(g)) for every direction, each result checked for its type, shape and finiteness."""
+        if self._atoms is None:
+            self._atoms = []
+            for g in self.directions:
+                s = self.domain.lmo(g.copy())
+                assert isinstance(s, np.ndarray), f"{self.name}.lmo(numpy array) returned {type(s).__name__}"
+                assert s.shape == self.shape, f"{self.name}.lmo returned shape {s.shape}, not {self.shape}"
+                assert np.all(np.isfinite(s)), f"{self.name}.lmo({_show(g)}) has non-finite entries"
+                self._atoms.append((g, np.asarray(s, dtype=np.float64)))
+        return self._atoms
+
+    def projections(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(p, project(p)) for the test points and the midpoints of LMO points (points of the set), each result
+        checked for its type, shape and finiteness, and to be in the set by what knows it apart from project:
+        the set's contains, else CVXPY.  Empty for a set without project."""
+        if self._projections is None:
+            self._projections = []
+            if not self.domain.has_project:
+                return self._projections
+            atoms = [s for _, s in self.atoms()][:4]
+            for p in self.points + [0.5 * (a + b) for a, b in zip(atoms, atoms[1:])]:
+                q = self.domain.project(p.copy())
+                assert isinstance(q, np.ndarray), f"{self.name}.project(numpy array) returned {type(q).__name__}"
+                assert q.shape == self.shape, f"{self.name}.project returned shape {q.shape}, not {self.shape}"
+                assert np.all(np.isfinite(q)), f"{self.name}.project({_show(p)}) has non-finite entries"
+                # the default contains asks project itself, so it cannot judge project's points
+                self.assert_in_set(q, f"project({_show(p)}) = {_show(q)}", by_projection=False)
+                self._projections.append((p, np.asarray(q, dtype=np.float64)))
+        return self._projections
+
+    def slack(self, g: np.ndarray) -> float:
+        """The tolerance on <g, x> over the set: tol relative to the largest it can vary, ||g|| diameter."""
+        return self.tol * max(1.0, float(np.linalg.norm(g)) * float(self.domain.diameter))
+
+    def program(self, source: str, kind: str) -> tuple[cp.Problem, cp.Variable, cp.Parameter]:
+        """A parametrized (DPP) program over one source of constraints: the LMO's linear objective, the
+        projection's least squares, or the distance (max norm) from a point."""
+        key = (source, kind, self.given if source.startswith("the constraints given") else None)
+        if key not in self._programs:
+            v, par = cp.Variable(self.shape), cp.Parameter(self.shape)
+            cons = list(self.sources[source](v))
+            if kind == "lmo":
+                problem = cp.Problem(cp.Minimize(cp.sum(cp.multiply(par, v))), cons)
+            elif kind == "projection":
+                problem = cp.Problem(cp.Minimize(cp.sum_squares(v - par)), cons)
+            else:
+                t = cp.Variable()
+                problem = cp.Problem(cp.Minimize(t), [*cons, cp.abs(v - par) <= t])
+            self._programs[key] = (problem, v, par)
+        return self._programs[key]
+
+    def solve(self, source: str, kind: str, value: np.ndarray) -> float:
+        problem, _, par = self.program(source, kind)
+        par.value = value
+        try:
+            problem.solve(solver=_solver())
+        except cp.SolverError as exc:
+            raise AssertionError(f"{self.name}: CVXPY could not solve the {kind} program over {source}: {exc}") from exc
+        assert problem.status == cp.OPTIMAL, (
+            f"{self.name}: the {kind} program over {source} ended {problem.status!r}: they should describe a "
+            "nonempty compact set"
+        )
+        return float(problem.value)
+
+    def assert_in_set(self, x: np.ndarray, what: str, by_projection: bool = True) -> None:
+        """x is in the set: by the set's own contains and by CVXPY's distance to the set each source of
+        constraints describes; by the default contains (which projects) where neither exists and
+        ``by_projection``.  Unchecked for a set known by its LMO alone."""
+        if self.domain._defines("contains"):
+            assert self.domain.contains(x, tol=self.tol), f"{self.name}: {what} is not in the set (contains is False)"
+        for source in self.sources:
+            distance = self.solve(source, "distance", x)
+            assert distance <= self.tol * self.scale, (
+                f"{self.name}: {what} is not in the set: it is {distance:.3g} (max norm) from the set {source} describe"
+            )
+        if by_projection and self.domain.has_project and not (self.sources or self.domain._defines("contains")):
+            assert self.domain.contains(x, tol=self.tol), f"{self.name}: {what} is not in the set (contains is False)"
+
+
+def _show(a: np.ndarray) -> str:
+    return np.array2string(np.asarray(a).ravel()[:6], precision=3) + (" ..." if np.size(a) > 6 else "")
+
+
+def _interface(probe: _SetProbe) -> None:
+    """shape is a tuple of positive ints, diameter a finite number >= 0, the default start (what a run starts
+    from when given no x0) a point of the set; the optional methods a set lacks raise a DomainError saying so."""
+    X, name = probe.domain, probe.name
+    assert isinstance(X.shape, tuple) and all(isinstance(s, int) and s > 0 for s in X.shape), (
+        f"{name}.shape must be a tuple of positive ints, got {X.shape!r}"
+    )
+    assert math.isfinite(float(X.diameter)) and float(X.diameter) >= 0, f"{name}.diameter is {X.diameter!r}"
+    start = np.asarray(X.default_point(), dtype=np.float64)
+    assert start.shape == probe.shape, f"{name}.default_point() has shape {start.shape}, not {probe.shape}"
+    probe.assert_in_set(start, f"the default start {_show(start)}")
+    zero = np.zeros(X.shape)
+    for method, call in (("project", lambda: X.project(zero)), ("contains", lambda: X.contains(zero))):
+        try:
+            call()
+        except DomainError:
+            assert not X._defines(method), f"{name} defines {method} but it raises a DomainError on the origin"
+
+
+def _lmo_feasible(probe: _SetProbe) -> None:
+    """lmo(g) is a point of the set for every test direction."""
+    for g, s in probe.atoms():
+        probe.assert_in_set(s, f"lmo({_show(g)}) = {_show(s)}")
+
+
+def _lmo_optimal(probe: _SetProbe) -> None:
+    """<g, lmo(g)> is the minimum of <g, x> over the set: equal to CVXPY's over each source of constraints, and
+    no larger than at the set's other points (its other LMO points, their midpoints, projections)."""
+    atoms = probe.atoms()
+    others = [s for _, s in atoms] + [0.5 * (a + b) for (_, a), (_, b) in zip(atoms, atoms[1:])]
+    others += [q for _, q in probe.projections()]
+    for g, s in atoms:
+        value, slack = float(np.sum(g * s)), probe.slack(g)
+        for source in probe.sources:
+            ref = probe.solve(source, "lmo", g)
+            assert value >= ref - slack, (
+                f"{probe.name}: <g, lmo(g)> = {value:.9g} is below the minimum {ref:.9g} over the set {source} "
+                f"describe, so lmo(g) is outside it (g = {_show(g)})"
+            )
+            assert value <= ref + slack, (
+                f"{probe.name}: lmo(g) is not a minimizer: <g, lmo(g)> = {value:.9g}, but the minimum over the set "
+                f"{source} describe is {ref:.9g} (g = {_show(g)})"
+            )
+        best = min(float(np.sum(g * p)) for p in others)
+        assert value <= best + slack, (
+            f"{probe.name}: lmo(g) is not a minimizer: <g, lmo(g)> = {value:.9g}, but another point of the set "
+            f"(an LMO point, a midpoint or a projection) gives {best:.9g} (g = {_show(g)})"
+        )
+
+
+def _projection(probe: _SetProbe) -> None:
+    """project(p) is in the set, a point of the set is its own projection, and project(p) is the nearest point:
+    <p - project(p), s - project(p)> <= 0 for the LMO's s that maximizes it, and CVXPY finds none nearer."""
+    X, name = probe.domain, probe.name
+    for p, q in probe.projections():
+        again = np.asarray(X.project(q.copy()), dtype=np.float64)
+        # to sqrt(tol) only: an interior-point solver (ConvexSet's) projects a boundary point to about the square
+        # root of its tolerance; the inequality and CVXPY's distance below judge the projection at tol
+        assert np.linalg.norm(again - q) <= math.sqrt(probe.tol) * probe.scale, (
+            f"{name}: project is not idempotent: a projected point moves by {np.linalg.norm(again - q):.3g}"
+        )
+        r = p - q
+        if np.linalg.norm(r) > 0:
+            s = np.asarray(X.lmo(-r), dtype=np.float64)  # maximizes <r, s> over the set
+            excess = float(np.sum(r * (s - q)))
+            assert excess <= probe.slack(r), (
+                f"{name}: project({_show(p)}) is not the nearest point: the LMO point {_show(s)} makes "
+                f"<p - project(p), s - project(p)> = {excess:.3g} > 0"
+            )
+        mine = float(np.sum(r * r))
+        for source in probe.sources:
+            ref = probe.solve(source, "projection", p)
+            assert mine <= ref + probe.tol * max(1.0, ref), (
+                f"{name}: project({_show(p)}) is at squared distance {mine:.9g}, but CVXPY finds {ref:.9g} over the "
+                f"set {source} describe"
+            )
+
+
+def _diameter(probe: _SetProbe) -> None:
+    """No two of the set's points (its LMO points and projections) are farther apart than its diameter."""
+    X = probe.domain
+    pts = [s for _, s in probe.atoms()] + [q for _, q in probe.projections()]
+    flat = np.array([p.ravel() for p in pts])
+    gram = flat @ flat.T
+    far = math.sqrt(max(float((np.diag(gram)[:, None] + np.diag(gram)[None, :] - 2 * gram).max()), 0.0))
+    assert far <= float(X.diameter) * (1 + probe.tol) + probe.tol, (
+        f"{probe.name}: two of its points are {far:.9g} apart, more than its diameter {float(X.diameter):.9g}"
+    )
+
+
+def _array_types(probe: _SetProbe) -> None:
+    """numpy float32/float64 and torch float32/float64 inputs (and CUDA ones where there is a GPU) come back in
+    the input's type, dtype, device and shape, with the float64 numpy answer for the same rounded input."""
+    X, name = probe.domain, probe.name
+    g, p = probe.directions[0], probe.points[0]
+    kinds: list[tuple[str, Callable[[np.ndarray], Any]]] = [
+        ("numpy float64", lambda a: a.astype(np.float64)),
+        ("numpy float32", lambda a: a.astype(np.float32)),
+        ("torch float64", lambda a: torch.tensor(a, dtype=torch.float64)),
+        ("torch float32", lambda a: torch.tensor(a, dtype=torch.float32)),
+    ]
+    if torch.cuda.is_available():
+        kinds.append(("torch float32 on CUDA", lambda a: torch.tensor(a, dtype=torch.float32, device="cuda")))
+    methods = [("lmo", X.lmo, g)] + ([("project", X.project, p)] if X.has_project else [])
+    for method, call, x in methods:
+        for kind, make in kinds:
+            given = make(x)
+            out = call(given)
+            same_type = isinstance(out, type(given)) and out.dtype == given.dtype
+            assert same_type, f"{name}.{method}({kind}) returned {type(out).__name__} of {getattr(out, 'dtype', None)}"
+            if isinstance(given, torch.Tensor):
+                assert out.device == given.device, f"{name}.{method}({kind}) returned a tensor on {out.device}"
+                rounded, got = given.double().cpu().numpy(), out.double().cpu().numpy()
+            else:
+                rounded, got = given.astype(np.float64), out.astype(np.float64)
+            assert got.shape == probe.shape, f"{name}.{method}({kind}) returned shape {got.shape}"
+            expect = np.asarray(call(rounded), dtype=np.float64)
+            digits = 1e-5 if "32" in kind else probe.tol
+            if method == "lmo":  # ties may pick another minimizer: compare the values
+                gap = abs(float(np.sum(rounded * got)) - float(np.sum(rounded * expect)))
+                limit = digits * max(1.0, float(np.linalg.norm(rounded)) * float(X.diameter))
+            else:
+                gap, limit = float(np.linalg.norm(got - expect)), digits * probe.scale
+            assert gap <= limit, f"{name}.{method}({kind}) differs from the float64 answer by {gap:.3g}"
+        if X._defines("contains") or X.has_project:
+            point = np.asarray(X.lmo(g), dtype=np.float64) if method == "lmo" else np.asarray(X.project(p))
+            assert X.contains(torch.tensor(point), tol=probe.tol), f"{name}.contains(a torch tensor) is False"
+
+
+def _input_checks(probe: _SetProbe) -> None:
+    """A direction or point of another shape, or with a non-finite entry, is refused with a DomainError."""
+    X, name = probe.domain, probe.name
+    methods = [("lmo", X.lmo)] + ([("project", X.project)] if X.has_project else [])
+    bad = np.ones(probe.shape)
+    bad.flat[0] = np.nan
+    for method, call in methods:
+        for what, x in (("another shape", np.ones(int(np.prod(probe.shape)) + 1)), ("a NaN entry", bad)):
+            try:
+                call(x)
+            except DomainError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - any other error is the failure reported
+                raise AssertionError(
+                    f"{name}.{method} of {what} raised {type(exc).__name__}, not a DomainError"
+                ) from exc
+            raise AssertionError(f"{name}.{method} accepted an input of {what}")
+
+
+def _membership(probe: _SetProbe) -> None:
+    """contains is True at the LMO's points and False a step outside the supporting hyperplane there; a set with
+    neither contains nor project raises a DomainError saying so."""
+    X, name = probe.domain, probe.name
+    if not probe.knows_membership:
+        try:
+            X.contains(probe.directions[0] * 0 + 1e3)
+        except DomainError:
+            return
+        raise AssertionError(f"{name} has neither contains nor project but its contains answered")
+    for g, s in probe.atoms():
+        assert X.contains(s, tol=probe.tol), f"{name}.contains(lmo({_show(g)})) is False"
+        norm = float(np.linalg.norm(g))
+        if norm > 0:
+            outside = s - 1e-2 * probe.scale * g / norm  # below the minimum of <g, x> over the set
+            assert not X.contains(outside, tol=probe.tol), f"{name}.contains is True at {_show(outside)}, outside"
+
+
+#: check name -> check: what :func:`check_set` runs, in this order.
+SET_CHECKS: dict[str, Callable[[_SetProbe], None]] = {
+    "interface": _interface,
+    "lmo_feasible": _lmo_feasible,
+    "lmo_optimal": _lmo_optimal,
+    "projection": _projection,
+    "diameter": _diameter,
+    "membership": _membership,
+    "array_types": _array_types,
+    "input_checks": _input_checks,
+}
+
+
+def check_set(
+    domain: Set,
+    constraints: Callable[[cp.Variable], list] | None = None,
+    *,
+    checks: Iterable[str] | None = None,
+    directions: Iterable[Any] | None = None,
+    points: Iterable[Any] | None = None,
+    tol: float = 1e-6,
+    seed: int = 0,
+) -> None:
+    """Check a set against the guarantees every method relies on; AssertionError names the one broken.
+
+    What a set without ``project``, ``contains`` and ``cvxpy_constraints`` can be checked on is its LMO
+    against itself (no point it returns for one direction may beat the one for another) and its diameter.
+
+    Parameters
+    ----------
+    domain : fc.Set
+        The set, built.
+    constraints : callable, optional
+        ``constraints(var) -> list`` of CVXPY constraints describing the set independently of its code (a
+        lifted form, another formulation); the LMO and the projection are compared with CVXPY's answers over
+        them, as over the set's own ``cvxpy_constraints`` when it has them.
+    checks : iterable of str, optional
+        Names from :data:`SET_CHECKS` to run; default all: ``interface`` (shape, diameter, optional methods
+        raise DomainError), ``lmo_feasible``, ``lmo_optimal``, ``projection`` (a set with ``project``),
+        ``diameter``, ``membership``, ``array_types`` (numpy and torch, float32 and float64, CUDA where
+        present), ``input_checks`` (a wrong shape or a NaN is a DomainError).
+    directions, points : iterables of arrays, optional
+        The directions the LMO is checked on (default: three random ones and eleven degenerate ones: zero,
+        constant, ties, repeated extremes) and the points projected (default: far, near, zero, constant).
+    tol : float
+        Relative tolerance: on <g, x> relative to ||g|| times the diameter, on distances relative to the
+        diameter.  CVXPY's solvers are accurate to about 1e-8, so 1e-6 leaves them room.
+    seed : int
+        Seed of the random directions and points.
+    """
+    probe = _SetProbe(domain, constraints, directions, points, tol, seed)
+    names = list(SET_CHECKS) if checks is None else list(checks)
+    unknown = [n for n in names if n not in SET_CHECKS]
+    if unknown:
+        raise DomainError(f"check_set's checks has unknown names {unknown}; the checks are {', '.join(SET_CHECKS)}")
+    for name in names:
+        SET_CHECKS[name](probe)
+
+
+class SetCheck:
+    """One check of :func:`check_set` with its options, called on a set: what :func:`parametrize_set_checks`
+    hands each test."""
+
+    def __init__(self, name: str, **options: Any):
+        if name not in SET_CHECKS:
+            raise DomainError(f"unknown set check {name!r}; the checks are {', '.join(SET_CHECKS)}")
+        self.name, self.options = name, options
+
+    def __call__(self, domain: Set) -> None:
+        check_set(domain, checks=[self.name], **self.options)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def parametrize_set_checks(sets: Mapping[str, Any] | Iterable[Any]) -> Any:
+    """A ``pytest.mark.parametrize`` over (set, check): one test per set and check of :func:`check_set`.
+
+    ``sets`` is a list of sets, or a mapping of test ids to sets; a set may come as ``(set, options)``, the
+    options being :func:`check_set`'s keyword arguments (``constraints``, ``tol``, ``checks``, ...)::
+
+        @parametrize_set_checks({"ball": fc.L2Ball(3), "cross": (Cross(4), {"tol": 1e-8})})
+        def test_sets(domain, check):
+            check(domain)
+    """
+    import pytest  # only the tests that use it need pytest
+
+    items = list(sets.items()) if isinstance(sets, Mapping) else [(None, entry) for entry in sets]
+    params = []
+    for key, entry in items:
+        domain, options = entry if isinstance(entry, tuple) else (entry, {})
+        if not isinstance(domain, Set):
+            raise DomainError(f"parametrize_set_checks takes fullcomp sets (fc.Set), got {domain!r}")
+        options = dict(options)
+        wanted = options.pop("checks", None)
+        for name in SET_CHECKS if wanted is None else wanted:
+            params.append(pytest.param(domain, SetCheck(name, **options), id=f"{key or repr(domain)}-{name}"))
+    return pytest.mark.parametrize(("domain", "check"), params)
+
+
+__all__ += ["check_set", "parametrize_set_checks", "set_directions", "SET_CHECKS", "SetCheck"]

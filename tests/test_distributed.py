@@ -206,7 +206,7 @@ def test_a_sharded_run_with_heuristic_pricing_certifies_every_glmo(tmp_path):
     assert found["heuristic"] > 0
     assert all(row["glmo_converged"] == 1 for row in found["rows"])
     # The first GLMO's answer is certified to its glmo_gap (about 3e-3) only, and so is the gap estimate
-    # built from it: the ranks' segments of V (fullcomp.glmo.segments) sum its images in another order than
+    # built from it: the ranks' segments of V (fullcomp.sets.segments) sum its images in another order than
     # one process's, their masters' duals differ in the last bits, and the estimates by 3e-6 (measured).
     a, b = found["rows"][0], subspace_run(None)["rows"][0]
     assert a["objective_estimate"] == pytest.approx(b["objective_estimate"], rel=1e-12)

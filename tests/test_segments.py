@@ -1,4 +1,4 @@
-"""Column segments of V (fullcomp.glmo.segments) and the relabelled sparse pattern, against dense products."""
+"""Column segments of V (fullcomp.sets.segments) and the relabelled sparse pattern, against dense products."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import fullcomp as fc
-from fullcomp.glmo.segments import Segments
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Entries
+from fullcomp.sets.segments import Segments
 
 
 def segmented(rng: np.random.Generator, rows: list[int], sizes: list[int], zeros: float = 0.3) -> np.ndarray:

@@ -22,9 +22,9 @@ import torch
 import fullcomp as fc
 from fullcomp.errors import DomainError
 from fullcomp.sets import spectral
+from fullcomp.testing import parametrize_set_checks, set_directions
 
 W_PERM = np.array([3.0, 1.0, -2.0, 0.5, 0.5])  # a repeated entry: fewer distinct permutations
-SPECTRAL = ("spectraplex", "spectrahedron")
 
 
 def lifted_knorm(v, k: int, radius: float) -> list:
@@ -66,8 +66,8 @@ CASES = {
     "lp_3": (lambda: fc.LpBall(6, 3.0), lambda v: [cp.sum(cp.power(cp.abs(v), 3)) <= 1.0]),
     "lp_4_matrix": (lambda: fc.LpBall((2, 3), 4.0, 0.5), lambda v: [cp.sum(cp.power(cp.abs(v), 4)) <= 0.5**4]),
     "lp_inf": (lambda: fc.LpBall(5, np.inf, 0.7), lambda v: [v <= 0.7, v >= -0.7]),
-    "spectraplex": (lambda: fc.Spectraplex(4, 2.0), lambda v: [v >> 0, cp.trace(v) == 2.0]),
-    "spectrahedron": (lambda: fc.UnitSpectrahedron(4, 2.0), lambda v: [v >> 0, cp.trace(v) <= 2.0]),
+    "spectraplex": (lambda: fc.Spectraplex(4, 2.0), lambda v: [v == v.T, v >> 0, cp.trace(v) == 2.0]),
+    "spectrahedron": (lambda: fc.UnitSpectrahedron(4, 2.0), lambda v: [v == v.T, v >> 0, cp.trace(v) <= 2.0]),
     "birkhoff": (lambda: fc.Birkhoff(4), lambda v: [v >= 0, cp.sum(v, axis=0) == 1, cp.sum(v, axis=1) == 1]),
     "permutahedron": (lambda: fc.Permutahedron(W_PERM), lambda v: mixture_of_permutations(v, W_PERM)),
     "product": (
@@ -92,11 +92,7 @@ CASES = {
     ),
 }
 NAMES = list(CASES)
-#: Membership tolerance: 1e-9 (the default) for the closed forms; fc.NuclearBall decides membership by its
-#: projection, which computes singular values from a Gram matrix and moves boundary points by ~1e-8.
-MEMBERSHIP_TOL = {"product_named": 1e-7}
 _BUILT: dict[str, fc.Set] = {}
-_PROGRAMS: dict[tuple[str, str], tuple[cp.Problem, cp.Variable, cp.Parameter]] = {}
 
 
 def get(name: str) -> fc.Set:
@@ -105,81 +101,17 @@ def get(name: str) -> fc.Set:
     return _BUILT[name]
 
 
-def reference_variable(name: str) -> cp.Variable:
-    shape = get(name).shape
-    return cp.Variable(shape, symmetric=True) if name in SPECTRAL else cp.Variable(shape)
-
-
-def program(name: str, kind: str, own: bool = False) -> tuple[cp.Problem, cp.Variable, cp.Parameter]:
-    """A DPP program over the set (independent constraints, or the set's own), compiled once: the LMO's
-    linear objective or the projection's least squares."""
-    key = (name, kind + (":own" if own else ""))
-    if key not in _PROGRAMS:
-        X = get(name)
-        v, par = reference_variable(name), cp.Parameter(X.shape)
-        cons = X.cvxpy_constraints(v) if own else CASES[name][1](v)
-        objective = cp.sum(cp.multiply(par, v)) if kind == "lmo" else cp.sum_squares(v - par)
-        _PROGRAMS[key] = (cp.Problem(cp.Minimize(objective), cons), v, par)
-    return _PROGRAMS[key]
-
-
-def solve(name: str, kind: str, value: np.ndarray, own: bool = False) -> tuple[float, np.ndarray]:
-    prob, v, par = program(name, kind, own)
-    par.value = value
-    prob.solve(solver="CLARABEL")
-    assert prob.status == cp.OPTIMAL, prob.status
-    return float(prob.value), np.asarray(v.value, dtype=float).reshape(get(name).shape)
-
-
-def degenerate_directions(shape: tuple[int, ...], rng: np.random.Generator) -> list[np.ndarray]:
-    """Zero, all-equal of both signs, all-positive, all-negative, repeated maxima and minima, many ties."""
-    size = int(np.prod(shape))
-    ties = rng.integers(-2, 3, size).astype(float)  # only five values: ties everywhere
-    top = rng.standard_normal(size)
-    top[:3] = top.max() + 1.0  # a repeated maximum
-    top[-2:] = top.min() - 1.0  # a repeated minimum
-    one_hot = np.zeros(size)
-    one_hot[size // 2] = -1.0
-    cases = [
-        np.zeros(size),
-        np.ones(size),
-        -np.ones(size),
-        2.5 * np.ones(size),
-        np.abs(rng.standard_normal(size)) + 0.1,  # all positive
-        -np.abs(rng.standard_normal(size)) - 0.1,  # all negative
-        ties,
-        top,
-        -top,
-        one_hot,
-        np.where(np.arange(size) % 2 == 0, 1.0, -1.0),  # equal magnitudes, alternating signs
-    ]
-    return [c.reshape(shape) for c in cases]
+# The set contract (fullcomp.testing.check_set) on every set of the catalog: the LMO against CVXPY over the
+# constraints above and the set's own on random and degenerate directions (zero, constant, ties, repeated
+# extremes), the projection against CVXPY and its variational inequality, membership, the diameter against the
+# set's points, numpy/torch float32/float64 (and CUDA) types, and the refusal of a wrong shape or a NaN.
+@parametrize_set_checks({name: (get(name), {"constraints": constraints}) for name, (_, constraints) in CASES.items()})
+def test_catalog_set_keeps_the_set_contract(domain, check):
+    check(domain)
 
 
 def directions(name: str, seed: int) -> list[np.ndarray]:
-    X = get(name)
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(X.shape) for _ in range(3)] + degenerate_directions(X.shape, rng)
-
-
-def close(value: float, ref: float, rel: float = 1e-6) -> bool:
-    """Within the conic solver's accuracy (Clarabel stops at ~1e-8): 1e-6 relative, 1e-6 absolute."""
-    return abs(value - ref) <= rel * max(1.0, abs(ref))
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_lmo_matches_cvxpy_on_random_and_degenerate_directions(name):
-    X = get(name)
-    for i, d in enumerate(directions(name, NAMES.index(name))):
-        s = X.lmo(d)
-        assert isinstance(s, np.ndarray) and s.shape == X.shape
-        assert np.all(np.isfinite(s))
-        value = float(np.sum(d * s))
-        ref, _ = solve(name, "lmo", d)
-        assert close(value, ref), (name, i, value, ref)
-        assert X.contains(s, tol=MEMBERSHIP_TOL.get(name, 1e-9)), (name, i)
-        # the set's own constraints describe the same set
-        assert close(solve(name, "lmo", d, own=True)[0], ref), (name, i)
+    return set_directions(get(name).shape, seed)
 
 
 def capped_vertices(n: int, total: float, cap: float, equality: bool) -> list[np.ndarray]:
@@ -260,53 +192,6 @@ def test_capped_simplex_diameter_on_many_sizes_against_its_vertices(equality):
         gram = flat @ flat.T
         sq = np.diag(gram)[:, None] + np.diag(gram)[None, :] - 2 * gram
         assert X.diameter == pytest.approx(math.sqrt(max(sq.max(), 0.0)), rel=1e-9, abs=1e-12), (n, total, cap)
-
-
-def projection_points(name: str) -> list[np.ndarray]:
-    X = get(name)
-    rng = np.random.default_rng(100 + NAMES.index(name))
-    points = [3.0 * rng.standard_normal(X.shape), 0.8 * rng.standard_normal(X.shape)]
-    return points + [np.zeros(X.shape), 2.0 * np.ones(X.shape), rng.integers(-2, 3, X.shape).astype(float)]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_projection_matches_cvxpy(name):
-    X = get(name)
-    for p in projection_points(name):
-        proj = X.project(p)
-        assert isinstance(proj, np.ndarray) and proj.shape == X.shape
-        assert X.contains(proj, tol=MEMBERSHIP_TOL.get(name, 1e-9)), name
-        ref_value, ref = solve(name, "projection", p)
-        mine = float(np.sum((proj - p) ** 2))
-        # The projection is at least as close as the solver's; by strong convexity it is then within
-        # sqrt(the solver's gap) of the true one.
-        assert mine <= ref_value + 1e-7 * max(1.0, ref_value), (name, mine, ref_value)
-        np.testing.assert_allclose(proj, ref, atol=1e-4)
-    # a point of X is its own projection
-    rng = np.random.default_rng(7)
-    inside = 0.5 * X.lmo(rng.standard_normal(X.shape)) + 0.5 * X.lmo(rng.standard_normal(X.shape))
-    np.testing.assert_allclose(X.project(inside), inside, atol=1e-9)
-    far = 3.0 * X.lmo(rng.standard_normal(X.shape)) + 5.0
-    assert not X.contains(far)
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_torch_in_torch_out(name, dtype):
-    X = get(name)
-    d = np.random.default_rng(3).standard_normal(X.shape)
-    for method in (X.lmo, X.project):
-        out = method(torch.tensor(d, dtype=dtype))
-        assert isinstance(out, torch.Tensor) and out.dtype == dtype and tuple(out.shape) == X.shape
-        expect = method(torch.tensor(d, dtype=dtype).double().numpy())
-        np.testing.assert_allclose(out.double().numpy(), expect, atol=1e-6 if dtype == torch.float32 else 1e-12)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_tensors_come_back_on_their_device():
-    for X in (fc.KSparsePolytope(6, 2), fc.LpBall(6, 3.0), fc.Birkhoff(3), fc.Spectraplex(3)):
-        out = X.lmo(torch.ones(X.shape, device="cuda"))
-        assert out.device.type == "cuda" and X.contains(out.cpu())
 
 
 def test_knorm_ball_is_the_top_k_norm_ball_and_the_ksparse_polytope_its_polar():
@@ -476,19 +361,6 @@ def test_a_set_needs_only_an_lmo_and_says_what_is_missing():
 def test_bad_inputs_raise_domain_errors_naming_the_argument(make, match):
     with pytest.raises(DomainError, match=match):
         make()
-
-
-@pytest.mark.parametrize("name", ["capped", "ksparse", "knorm", "lp_3", "spectraplex", "birkhoff", "permutahedron"])
-def test_wrong_direction_shapes_and_non_finite_entries_are_refused(name):
-    X = get(name)
-    with pytest.raises(DomainError, match="shape"):
-        X.lmo(np.ones(X.size + 1))
-    bad = np.ones(X.shape)
-    bad.flat[0] = np.nan
-    with pytest.raises(DomainError, match="non-finite"):
-        X.lmo(bad)
-    with pytest.raises(DomainError, match="shape"):
-        X.project(np.ones(X.size + 1))
 
 
 def test_solvers_run_on_a_product_domain_by_both_glmo_routes_and_by_projection():

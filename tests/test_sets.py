@@ -15,6 +15,7 @@ import torch
 
 import fullcomp as fc
 from fullcomp.sets import lanczos
+from fullcomp.testing import parametrize_set_checks
 
 BOX_LO = np.array([-1.0, -0.2, 0.3, -2.0, 0.0])
 BOX_HI = np.array([0.5, 0.9, 0.3, -1.0, 2.0])  # one degenerate coordinate (lower == upper)
@@ -22,60 +23,41 @@ POLY_A = np.vstack([np.eye(4), -np.eye(4), np.array([[1.0, 1.0, 1.0, 1.0], [1.0,
 POLY_B = np.array([1.0, 2.0, 0.5, 1.0, 1.0, 0.3, 1.5, 1.0, 1.2, 0.8])
 
 
-def nuc(a: np.ndarray) -> float:
-    return float(np.linalg.svd(a, compute_uv=False).sum())
-
-
-# name -> (factory, reference constraints on a CVXPY variable, numpy membership residual)
+# name -> (factory, reference constraints on a CVXPY variable)
 SETS = {
-    "l1": (lambda: fc.L1Ball(6, 1.3), lambda v: [cp.sum(cp.abs(v)) <= 1.3], lambda x: np.abs(x).sum() - 1.3),
-    "l1_matrix": (
-        lambda: fc.L1Ball((2, 3), 0.7),
-        lambda v: [cp.sum(cp.abs(v)) <= 0.7],
-        lambda x: np.abs(x).sum() - 0.7,
-    ),
-    "l2": (lambda: fc.L2Ball(5, 2.0), lambda v: [cp.sum_squares(v) <= 4.0], lambda x: np.linalg.norm(x) - 2.0),
-    "l2_matrix": (
-        lambda: fc.L2Ball((3, 2), 0.5),
-        lambda v: [cp.sum_squares(v) <= 0.25],
-        lambda x: np.linalg.norm(x) - 0.5,
-    ),
-    "nuclear": (lambda: fc.NuclearBall((3, 4), 1.5), lambda v: [cp.normNuc(v) <= 1.5], lambda x: nuc(x) - 1.5),
-    "nuclear_tall": (lambda: fc.NuclearBall((5, 2), 0.8), lambda v: [cp.normNuc(v) <= 0.8], lambda x: nuc(x) - 0.8),
-    "box": (
-        lambda: fc.Box(BOX_LO, BOX_HI),
-        lambda v: [v >= BOX_LO, v <= BOX_HI],
-        lambda x: max(np.max(BOX_LO - x), np.max(x - BOX_HI)),
-    ),
+    "l1": (lambda: fc.L1Ball(6, 1.3), lambda v: [cp.sum(cp.abs(v)) <= 1.3]),
+    "l1_matrix": (lambda: fc.L1Ball((2, 3), 0.7), lambda v: [cp.sum(cp.abs(v)) <= 0.7]),
+    "l2": (lambda: fc.L2Ball(5, 2.0), lambda v: [cp.sum_squares(v) <= 4.0]),
+    "l2_matrix": (lambda: fc.L2Ball((3, 2), 0.5), lambda v: [cp.sum_squares(v) <= 0.25]),
+    "nuclear": (lambda: fc.NuclearBall((3, 4), 1.5), lambda v: nuclear_sdp(v, 1.5)),
+    "nuclear_tall": (lambda: fc.NuclearBall((5, 2), 0.8), lambda v: nuclear_sdp(v, 0.8)),
+    "box": (lambda: fc.Box(BOX_LO, BOX_HI), lambda v: [v >= BOX_LO, v <= BOX_HI]),
     "box_matrix": (
         lambda: fc.Box(-1.0, np.array([0.5, 1.0, 2.0]), shape=(2, 3)),
         lambda v: [v >= -1.0, v <= np.tile([0.5, 1.0, 2.0], (2, 1))],
-        lambda x: max(np.max(-1.0 - x), np.max(x - np.array([0.5, 1.0, 2.0]))),
     ),
-    "simplex": (
-        lambda: fc.Simplex(6),
-        lambda v: [v >= 0, cp.sum(v) == 1],
-        lambda x: max(-x.min(), abs(x.sum() - 1)),
-    ),
-    "simplex_matrix": (
-        lambda: fc.Simplex((2, 3), total=2.0),
-        lambda v: [v >= 0, cp.sum(v) == 2],
-        lambda x: max(-x.min(), abs(x.sum() - 2)),
-    ),
+    "simplex": (lambda: fc.Simplex(6), lambda v: [v >= 0, cp.sum(v) == 1]),
+    "simplex_matrix": (lambda: fc.Simplex((2, 3), total=2.0), lambda v: [v >= 0, cp.sum(v) == 2]),
     "convex_l1_cut": (
         lambda: fc.ConvexSet(5, lambda v: [cp.norm(v, 1) <= 1, v >= -0.3]),
         lambda v: [cp.sum(cp.abs(v)) <= 1, v >= -0.3],
-        lambda x: max(np.abs(x).sum() - 1, np.max(-0.3 - x)),
     ),
     "convex_polytope": (
         lambda: fc.ConvexSet(4, lambda v: [POLY_A @ v <= POLY_B]),
         lambda v: [POLY_A @ v <= POLY_B],
-        lambda x: np.max(POLY_A @ x - POLY_B),
     ),
 }
 NAMES = list(SETS)
 
 _BUILT: dict[str, fc.Set] = {}
+
+
+def nuclear_sdp(v, radius: float) -> list:
+    """||v||_* <= radius as the semidefinite program of Fazel et al.: [[W1, v], [v^T, W2]] PSD with
+    (tr W1 + tr W2) / 2 <= radius."""
+    p, q = v.shape
+    W1, W2 = cp.Variable((p, p), symmetric=True), cp.Variable((q, q), symmetric=True)
+    return [cp.bmat([[W1, v], [v.T, W2]]) >> 0, (cp.trace(W1) + cp.trace(W2)) / 2 <= radius]
 
 
 def get(name: str) -> fc.Set:
@@ -85,78 +67,20 @@ def get(name: str) -> fc.Set:
     return _BUILT[name]
 
 
-def ref_lmo_value(name: str, d: np.ndarray, own: bool = False) -> float:
-    X = get(name)
-    v = cp.Variable(X.shape)
-    cons = X.cvxpy_constraints(v) if own else SETS[name][1](v)
-    prob = cp.Problem(cp.Minimize(cp.sum(cp.multiply(d, v))), cons)
-    prob.solve(solver="CLARABEL")
-    assert prob.status == cp.OPTIMAL
-    return float(prob.value)
+# The set contract (fullcomp.testing.check_set): LMO and projection against CVXPY over the constraints above and
+# over the set's own, membership, diameter, numpy/torch types and input checks, on random and degenerate inputs.
+@parametrize_set_checks({name: (get(name), {"constraints": constraints}) for name, (_, constraints) in SETS.items()})
+def test_set_keeps_the_set_contract(domain, check):
+    check(domain)
 
 
-def ref_projection(name: str, p: np.ndarray) -> np.ndarray:
-    X = get(name)
-    v = cp.Variable(X.shape)
-    prob = cp.Problem(cp.Minimize(cp.sum_squares(v - p)), SETS[name][1](v))
-    prob.solve(solver="CLARABEL")
-    assert prob.status == cp.OPTIMAL
-    return np.asarray(v.value).reshape(X.shape)
-
-
-def residual(name: str, x) -> float:
-    x = x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-    return float(SETS[name][2](np.asarray(x, dtype=float)))
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_lmo_matches_cvxpy_and_is_feasible(name):
-    X = get(name)
-    rng = np.random.default_rng(NAMES.index(name))
-    for _ in range(3):
-        d = rng.standard_normal(X.shape)
-        s = X.lmo(d)
-        assert isinstance(s, np.ndarray) and s.shape == X.shape
-        value = float(np.sum(d * s))
-        ref = ref_lmo_value(name, d)
-        assert value == pytest.approx(ref, rel=1e-6, abs=1e-8)
-        # the set's own constraints describe the same set
-        assert ref_lmo_value(name, d, own=True) == pytest.approx(ref, rel=1e-6, abs=1e-8)
-        assert residual(name, s) <= 1e-7
-        assert X.contains(s, tol=1e-7)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_projection_matches_cvxpy(name):
-    X = get(name)
-    rng = np.random.default_rng(100 + NAMES.index(name))
-    for scale in (3.0, 0.8):
-        p = scale * rng.standard_normal(X.shape)
-        proj = X.project(p)
-        assert isinstance(proj, np.ndarray) and proj.shape == X.shape
-        np.testing.assert_allclose(proj, ref_projection(name, p), atol=1e-5)
-        assert residual(name, proj) <= 1e-7
-    # a point of X is its own projection, exactly for the closed forms and ConvexSet alike
-    inside = 0.5 * X.lmo(rng.standard_normal(X.shape)) + 0.5 * X.lmo(rng.standard_normal(X.shape))
-    if isinstance(X, fc.ConvexSet):
-        inside *= 0.5  # its LMO points come from a solver, feasible only to ~1e-9; 0 is interior here
-    np.testing.assert_allclose(X.project(inside), inside, atol=1e-9)
-    assert X.contains(inside)
-    far = X.lmo(rng.standard_normal(X.shape)) * 3.0 + 5.0
-    assert not X.contains(far)
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_torch_in_torch_out(name, dtype):
-    X = get(name)
-    rng = np.random.default_rng(7)
-    d = rng.standard_normal(X.shape)
-    for method in (X.lmo, X.project):
-        out = method(torch.tensor(d, dtype=dtype))
-        assert isinstance(out, torch.Tensor) and out.dtype == dtype and tuple(out.shape) == X.shape
-        expect = method(torch.tensor(d, dtype=dtype).double().numpy())
-        np.testing.assert_allclose(out.double().numpy(), expect, atol=1e-6 if dtype == torch.float32 else 1e-9)
+def test_a_point_of_a_convex_set_is_its_own_projection():
+    rng = np.random.default_rng(101)
+    for name in ("convex_l1_cut", "convex_polytope"):
+        X = get(name)
+        # its LMO points come from a solver, feasible only to ~1e-9; 0 is interior here
+        inside = 0.25 * X.lmo(rng.standard_normal(X.shape)) + 0.25 * X.lmo(rng.standard_normal(X.shape))
+        np.testing.assert_allclose(X.project(inside), inside, atol=1e-9)
 
 
 CLOSED_DIAMETERS = {
@@ -736,3 +660,18 @@ def test_vector_product_is_scipy_product_bit_for_bit():
     product = lanczos.vector_product(csr)
     csr.data = csr.data * 2.0  # a refill: the product reads the new values
     assert np.array_equal(product(x := rng.standard_normal(40)), csr @ x)
+
+
+def test_project_simplex_takes_any_shape_and_total():
+    from fullcomp.sets.balls import project_simplex
+
+    rng = np.random.default_rng(21)
+    v = rng.standard_normal((3, 4))
+    flat = project_simplex(v.ravel(), 2.5)
+    np.testing.assert_array_equal(project_simplex(v, 2.5), flat.reshape(3, 4))
+    w = cp.Variable(12)
+    cp.Problem(cp.Minimize(cp.sum_squares(w - v.ravel())), [w >= 0, cp.sum(w) == 2.5]).solve(solver="CLARABEL")
+    np.testing.assert_allclose(flat, w.value, atol=1e-6)
+    assert flat.min() >= 0 and flat.sum() == pytest.approx(2.5, rel=1e-12)
+    np.testing.assert_array_equal(project_simplex([0.2, 0.5, 0.3]), [0.2, 0.5, 0.3])  # the default total is 1
+    assert not project_simplex(v, 0.0).any()

@@ -23,10 +23,10 @@ from fullcomp.glmo.base import (
     target_gap,
 )
 from fullcomp.glmo.master import ConicMaster
-from fullcomp.glmo.segments import Segments
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom, ScaledRows
 from fullcomp.sets.base import Set
+from fullcomp.sets.segments import Segments
 from fullcomp.sets.subspace import RitzSubspace
 from fullcomp.trackers import Revision
 

@@ -13,12 +13,12 @@ import torch
 from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
 from fullcomp.sets.atoms import Atom, Entries, MixtureAtom, RankOneAtom, ScaledRows
-from fullcomp.sets.base import Ball, Set, as_shape, check_radius, numeric
+from fullcomp.sets.base import Ball, Set, as_shape, check_radius
 from fullcomp.sets.lanczos import DevicePattern, SingularPair, SparsePattern
 from fullcomp.sets.subspace import RitzSubspace
 
 if TYPE_CHECKING:
-    from fullcomp.glmo.segments import Segments
+    from fullcomp.sets.segments import Segments
 
 LANCZOS_TOL = 1e-7
 #: Up to this many rows or columns on the shorter side and this many entries, the top pair comes from a dense
@@ -64,14 +64,21 @@ def project_l1(v: np.ndarray, radius: float) -> np.ndarray:
     return (np.sign(flat) * project_simplex(np.abs(flat), radius)).reshape(v.shape)
 
 
-def project_simplex(v: np.ndarray, total: float) -> np.ndarray:
-    """Projection of a vector onto {w >= 0, sum w = total}."""
+def project_simplex(v: np.ndarray, total: float = 1.0) -> np.ndarray:
+    """The Euclidean projection of ``v`` onto {w >= 0, sum w = total} (the probability simplex by default).
+
+    The library's one simplex projection (sort and threshold, Held et al. 1974; Duchi et al. 2008), used by
+    :class:`Simplex`, the l1 and nuclear balls, the spectral sets and F's smoothed weights.  ``v`` is a finite
+    array of any shape, summed over all its entries; the result has its shape, in float64.  ``total`` >= 0.
+    """
+    v = np.asarray(v, dtype=np.float64)
     if total == 0:
         return np.zeros_like(v)
-    mu = np.sort(v)[::-1]
+    flat = v.ravel()
+    mu = np.sort(flat)[::-1]
     cssv = np.cumsum(mu) - total
-    ind = np.arange(1, v.size + 1)
-    rho = np.nonzero(mu - cssv / ind > 0)[0][-1]
+    ind = np.arange(1, flat.size + 1)
+    rho = np.nonzero(mu - cssv / ind > 0)[0][-1]  # never empty for total > 0: index 0 gives total > 0
     theta = cssv[rho] / (rho + 1.0)
     return np.maximum(v - theta, 0.0)
 
@@ -81,7 +88,6 @@ class L1Ball(Ball):
 
     polytope = True
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         out = np.zeros_like(d)
         i = np.argmax(np.abs(d))
@@ -89,7 +95,6 @@ class L1Ball(Ball):
             out.flat[i] = -self.radius * np.sign(d.flat[i])
         return out
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return project_l1(p, self.radius)
 
@@ -100,13 +105,11 @@ class L1Ball(Ball):
 class L2Ball(Ball):
     """{x : ||x||_2 <= radius}, Frobenius norm for matrices."""
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):  # a non-finite d is refused by its callers' checks
             norm = np.linalg.norm(d)
             return np.zeros_like(d) if norm == 0 else -self.radius * d / norm
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         norm = np.linalg.norm(p)
         return p.copy() if norm <= self.radius else p * (self.radius / norm)
@@ -190,7 +193,6 @@ class NuclearBall(Set):
         v, sigma, u, upper = lanczos.top_singular_pair(d_t, d, start, tol=tol, stop=stop, draws=draws and draws[::-1])
         return SingularPair(u, sigma, v, upper)
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         if not np.any(d):
             return np.zeros_like(d)
@@ -379,7 +381,6 @@ class NuclearBall(Set):
         self._pattern_for(entries)
         return self._pattern[2]
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         """Soft-threshold the singular values onto the l1 ball of ``radius``.
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import cvxpy as cp
 import numpy as np
@@ -12,9 +14,9 @@ import torch
 
 from fullcomp.errors import DomainError
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
+from fullcomp.sets.segments import Segments
 
 if TYPE_CHECKING:
-    from fullcomp.glmo.segments import Segments
     from fullcomp.sets.subspace import RitzSubspace
 
 Array = Any  # numpy array or torch tensor; results come back in the type given
@@ -42,19 +44,73 @@ def check_radius(radius: float, name: str = "radius") -> float:
     return radius
 
 
-def numeric(fn: Callable[..., np.ndarray]) -> Callable[..., Array]:
-    """Run a numpy implementation on numpy or torch input, returning the input's type."""
+#: The methods :class:`Set` adapts in every subclass that defines them (see :meth:`Set.__init_subclass__`).
+ADAPTED = ("lmo", "project")
 
-    def wrapper(self: Set, point: Array, *args: Any, **kwargs: Any) -> Array:
-        if isinstance(point, torch.Tensor):
-            out = fn(self, self._check(point.detach().cpu().numpy().astype(np.float64)), *args, **kwargs)
-            return torch.as_tensor(out, dtype=point.dtype, device=point.device)
-        return fn(self, self._check(np.asarray(point, dtype=np.float64)), *args, **kwargs)
 
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    wrapper.unchecked = fn
-    return wrapper
+_FLOAT64 = np.dtype(np.float64)
+
+
+def _result_dtype(point: Any) -> Any:
+    """The dtype a result comes back in: the input's when it is floating point, float64 otherwise (an int array)."""
+    if isinstance(point, torch.Tensor):
+        return point.dtype if point.is_floating_point() else torch.float64
+    dtype = getattr(point, "dtype", None)
+    return dtype if dtype is not None and np.issubdtype(dtype, np.floating) else _FLOAT64
+
+
+def adapt(fn: Callable[..., Any]) -> Callable[..., Array]:
+    """``fn`` (a set's ``lmo`` or ``project``, written for one float64 numpy array of the set's shape) as a method
+    that takes numpy arrays, lists and torch tensors of any float dtype and on any device, and returns the
+    result in the input's type, dtype and device.
+
+    The input's shape and finiteness are checked once here, so ``fn`` never sees a malformed array; the
+    result's shape is checked too, since a wrong one would otherwise surface far away, inside a solver.
+    A set whose class sets ``takes_tensors = True`` gets tensors as they are (its own device and dtype) and only
+    its result is put back in the input's dtype and device.  ``adapt(fn).unchecked`` is ``fn`` itself, for
+    internal callers that already hold a checked float64 array (:meth:`Set.lmo_unchecked`).
+    """
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def method(self: Set, point: Array, *args: Any, **kwargs: Any) -> Array:
+        if type(point) is np.ndarray and point.dtype is _FLOAT64:  # the solvers' own calls: no conversion
+            out = fn(self, self._check(point), *args, **kwargs)
+            if type(out) is not np.ndarray or out.dtype is not _FLOAT64:
+                out = np.asarray(out, dtype=_FLOAT64)
+        elif isinstance(point, torch.Tensor):
+            if self.takes_tensors:
+                self._check_shape(tuple(point.shape), "an input")
+                if not bool(torch.isfinite(point).all()):
+                    raise DomainError(f"{type(self).__name__} received non-finite entries")
+                out = fn(self, point, *args, **kwargs)
+            else:
+                # astype copies even a CPU float64 tensor's memory: fn may write into its input.
+                out = fn(self, self._check(point.detach().cpu().numpy().astype(np.float64)), *args, **kwargs)
+            out = torch.as_tensor(out, dtype=_result_dtype(point), device=point.device)
+        else:
+            out = fn(self, self._check(np.asarray(point, dtype=np.float64)), *args, **kwargs)
+            out = np.asarray(out, dtype=_result_dtype(point))
+        if out.shape != self.shape:
+            self._check_shape(tuple(out.shape), f"{name}()'s result")
+        return out
+
+    method.unchecked = fn  # type: ignore[attr-defined]
+    method.__fullcomp_adapted__ = True  # type: ignore[attr-defined]
+    return method
+
+
+def adapt_contains(fn: Callable[..., bool]) -> Callable[..., bool]:
+    """A set's ``contains(point, tol)`` that also takes a torch tensor (on any device) and returns a bool."""
+
+    @functools.wraps(fn)
+    def contains(self: Set, point: Array, *args: Any, **kwargs: Any) -> bool:
+        if isinstance(point, torch.Tensor) and not self.takes_tensors:
+            point = point.detach().cpu().numpy()
+        return bool(fn(self, point, *args, **kwargs))
+
+    contains.__fullcomp_adapted__ = True  # type: ignore[attr-defined]
+    return contains
 
 
 class Set(ABC):
@@ -63,11 +119,23 @@ class Set(ABC):
     ``lmo(d)`` returns a minimizer of <d, x> over X, ``project(p)`` the
     Euclidean projection, ``cvxpy_constraints(var)`` the constraints that
     define X for a CVXPY variable of ``shape``.  A subclass must give ``shape``,
-    ``diameter`` and ``lmo``; ``project`` and ``cvxpy_constraints`` are optional
-    (the methods that need them raise a DomainError saying so).
+    ``diameter`` and ``lmo``; ``project``, ``contains`` and ``cvxpy_constraints``
+    are optional (the methods that need them raise a DomainError saying so).
+
+    A subclass writes ``lmo`` and ``project`` for one float64 numpy array of
+    ``shape``: every subclass's own ``lmo`` and ``project`` are wrapped when the
+    class is created (:func:`adapt`), so they accept numpy arrays and torch
+    tensors of any float dtype and device, refuse a wrong shape or a non-finite
+    entry with a DomainError, and return the result in the input's type, dtype
+    and device.  A set whose methods work on tensors themselves (on a GPU, say)
+    sets ``takes_tensors = True``: it then gets tensors as they are.
+    :func:`fullcomp.testing.check_set` checks a subclass against this contract.
     """
 
     shape: tuple[int, ...]
+    #: True when ``lmo`` and ``project`` take torch tensors as they are (and numpy arrays); False (the default)
+    #: when they are written for float64 numpy arrays and tensors are converted for them.
+    takes_tensors: ClassVar[bool] = False
     #: True when ``lmo`` is a closed form or a cheap factorization, so column
     #: generation can call it many times per GLMO.
     cheap_lmo: bool = True
@@ -75,6 +143,15 @@ class Set(ABC):
     #: pairwise steps of ``fw`` then keep the iterate as a combination of vertices.
     polytope: bool = False
     _variable: cp.Variable | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Wrap only what this class defines: an inherited method is wrapped already, and a wrapped one assigned
+        # again (lmo = Other.lmo) must not be converted twice.
+        super().__init_subclass__(**kwargs)
+        for name in (*ADAPTED, "contains"):
+            fn = cls.__dict__.get(name)
+            if inspect.isfunction(fn) and not getattr(fn, "__fullcomp_adapted__", False):
+                setattr(cls, name, adapt_contains(fn) if name == "contains" else adapt(fn))
 
     @property
     def size(self) -> int:
@@ -103,8 +180,8 @@ class Set(ABC):
         the Frank-Wolfe methods (hmsfw, scfw) never call it.
         """
         raise DomainError(
-            f"{type(self).__name__} has no project(); PSG and prox-linear (and LiNASA+ICG from a given x0) need "
-            "it: define project(point), or use a projection-free method such as hmsfw"
+            f"{type(self).__name__} has no project(); PSG, prox-linear, the min-max methods (for Y and Z) and "
+            "LiNASA+ICG from a given x0 need it: define project(point), or use a projection-free method such as hmsfw"
         )
 
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
@@ -184,7 +261,7 @@ class Set(ABC):
         self, atom: Atom, V: np.ndarray, entries: Entries, segments: Segments | None, direction: Any = None
     ) -> np.ndarray | None:
         """V a for an atom a of this set on ``entries`` (V is (n, len(entries)), ``segments`` its one-row column
-        ranges, :mod:`fullcomp.glmo.segments`) without a's values there, or None when the set has no such way:
+        ranges, :mod:`fullcomp.sets.segments`) without a's values there, or None when the set has no such way:
         the caller then evaluates a and multiplies.  ``direction``: the one a was priced for, which may carry
         V's factors (:class:`~fullcomp.sets.atoms.ScaledRows`)."""
         return None
@@ -226,9 +303,12 @@ class Set(ABC):
         self._lmo_point = point
         return point
 
+    def _check_shape(self, shape: tuple[int, ...], what: str) -> None:
+        if shape != self.shape:
+            raise DomainError(f"{type(self).__name__} has shape {self.shape}, got {what} of shape {shape}")
+
     def _check(self, a: np.ndarray) -> np.ndarray:
-        if a.shape != self.shape:
-            raise DomainError(f"{type(self).__name__} has shape {self.shape}, got an array of shape {a.shape}")
+        self._check_shape(a.shape, "an array")
         if not np.all(np.isfinite(a)):
             raise DomainError(f"{type(self).__name__} received non-finite entries")
         return a

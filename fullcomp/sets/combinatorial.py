@@ -12,7 +12,7 @@ from scipy.optimize import brentq, isotonic_regression, linear_sum_assignment
 
 from fullcomp import solvers
 from fullcomp.errors import DomainError
-from fullcomp.sets.base import Set, as_shape, check_radius, numeric
+from fullcomp.sets.base import Set, as_shape, check_radius
 
 #: Newton iterations of the Birkhoff projection's dual, plus 5 per row: a few on random matrices; up to
 #: about one per row on a matrix of entries ~1e6 (each iteration joins two components of the support).
@@ -160,7 +160,6 @@ class CappedSimplex(Set):
         best = max(vertex_pair_distance2(self.size, self.cap, a, b) for a in patterns for b in patterns)
         return math.sqrt(max(best, 0.0))
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         flat = d.ravel()
         order = np.argsort(flat, kind="stable")
@@ -174,12 +173,11 @@ class CappedSimplex(Set):
             out[order[m]] = r
         return out.reshape(self.shape)
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return project_capped(p.ravel(), self._filled, self.cap, self.equality).reshape(self.shape)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         if p.shape != self.shape:
             return False
         slack = tol * max(1.0, self.diameter)
@@ -244,19 +242,17 @@ class Birkhoff(Set):
         # Two permutation matrices with disjoint supports (a cyclic shift): ||P - Q||_F^2 = 2 n.
         return math.sqrt(2.0 * self.n) if self.n > 1 else 0.0
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         rows, cols = linear_sum_assignment(d)
         out = np.zeros_like(d)
         out[rows, cols] = 1.0
         return out
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return project_birkhoff(p)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         if p.shape != self.shape:
             return False
         slack = tol * max(1.0, self.diameter)
@@ -381,13 +377,11 @@ class Permutahedron(Set):
         # ||x - y||^2 = 2 ||w||^2 - 2 <x, y>, smallest for oppositely sorted permutations.
         return float(np.linalg.norm(self._descending - self._descending[::-1]))
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         out = np.empty(self.size)
         out[np.argsort(d.ravel(), kind="stable")] = self._descending
         return out.reshape(self.shape)
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         z = p.ravel()
         order = np.argsort(-z, kind="stable")
@@ -397,7 +391,7 @@ class Permutahedron(Set):
         return out.reshape(self.shape)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         if p.shape != self.shape:
             return False
         slack = tol * max(1.0, self.diameter)

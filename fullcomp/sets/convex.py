@@ -9,7 +9,7 @@ import numpy as np
 
 from fullcomp import solvers
 from fullcomp.errors import DomainError, SolverError
-from fullcomp.sets.base import Set, as_shape, numeric
+from fullcomp.sets.base import Set, as_shape
 
 # Above this many coordinates the 2 d bounding-box programs that prove
 # boundedness are deferred to the first use of ``diameter``.
@@ -88,7 +88,6 @@ class ConvexSet(Set):
             self._bounding_box()
         return self._diameter
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         return self._solve_lmo(d)
 
@@ -104,10 +103,9 @@ class ConvexSet(Set):
         # point is only accurate to ~sqrt(solver tolerance), too coarse for a test.
         if self._lifted:
             return super().contains(point, tol)
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         return bool(p.shape == self.shape and self._violation(p) <= tol * max(1.0, self.diameter))
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         if self._violation(p) <= FEASIBLE_TOL:
             return p.copy()  # exact, where the least-squares program would move p by ~1e-5

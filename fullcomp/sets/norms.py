@@ -9,7 +9,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from fullcomp.errors import DomainError
-from fullcomp.sets.base import Set, as_shape, check_radius, numeric
+from fullcomp.sets.base import Set, as_shape, check_radius
 from fullcomp.sets.combinatorial import check_count, project_capped
 
 #: Bisection steps of the per-entry equation in the l_p projection: halving [0, a_i] this often resolves
@@ -76,7 +76,6 @@ class LpBall(Set):
         top = float(flat.max(initial=0.0))
         return 0.0 if top == 0 else top * float(np.linalg.norm(flat / top, self.p))
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         top = np.abs(d).max(initial=0.0)
         if top == 0:
@@ -88,7 +87,6 @@ class LpBall(Set):
         x = weights / np.linalg.norm(weights.ravel(), self.p)
         return -self.radius * np.sign(d) * x
 
-    @numeric
     def project(self, v: np.ndarray) -> np.ndarray:
         easy = easy_projection(self, v)
         if easy is not None:
@@ -124,7 +122,7 @@ class LpBall(Set):
         return s * np.sign(v) * y.reshape(v.shape)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         return bool(p.shape == self.shape and self.norm(p) <= self.radius + tol * max(1.0, self.diameter))
 
     def cvxpy_constraints(self, var):
@@ -168,7 +166,6 @@ class KSparsePolytope(_KSet):
         # Every vertex has norm radius sqrt(k), and v, -v are both vertices.
         return 2.0 * self.radius * math.sqrt(self.k)
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         flat = d.ravel()
         # Any k entries of largest |d_i| will do (ties are optimal either way): a partition, not a sort.
@@ -177,12 +174,11 @@ class KSparsePolytope(_KSet):
         out[top] = -self.radius * np.sign(flat[top])
         return out.reshape(self.shape)
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return ksparse_project(p, self.k, self.radius)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         if p.shape != self.shape:
             return False
         slack = tol * max(1.0, self.diameter)
@@ -217,7 +213,6 @@ class KNormBall(_KSet):
     def norm(self, x: np.ndarray) -> float:
         return top_k_abs_sum(np.asarray(x, dtype=float), self.k)
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         flat = d.ravel()
         a = np.abs(flat)
@@ -231,7 +226,6 @@ class KNormBall(_KSet):
             out = -(self.radius / self.k) * np.sign(flat)
         return out.reshape(self.shape)
 
-    @numeric
     def project(self, v: np.ndarray) -> np.ndarray:
         easy = easy_projection(self, v)
         if easy is not None:
@@ -247,7 +241,7 @@ class KNormBall(_KSet):
         return prox(lam)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         return bool(p.shape == self.shape and self.norm(p) <= self.radius + tol * max(1.0, self.diameter))
 
     def cvxpy_constraints(self, var):

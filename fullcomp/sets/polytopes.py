@@ -7,7 +7,7 @@ import numpy as np
 
 from fullcomp.errors import DomainError
 from fullcomp.sets.balls import project_simplex
-from fullcomp.sets.base import Set, as_shape, check_radius, numeric
+from fullcomp.sets.base import Set, as_shape, check_radius
 
 
 class Box(Set):
@@ -41,11 +41,9 @@ class Box(Set):
     def diameter(self) -> float:
         return float(np.linalg.norm(self.upper - self.lower))
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         return np.where(d > 0, self.lower, self.upper)
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return np.clip(p, self.lower, self.upper)
 
@@ -66,13 +64,11 @@ class Simplex(Set):
     def diameter(self) -> float:
         return self.total * np.sqrt(2.0) if self.size > 1 else 0.0
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         out = np.zeros_like(d)
         out.flat[np.argmin(d)] = self.total
         return out
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return project_simplex(p.ravel(), self.total).reshape(self.shape)
 

@@ -10,7 +10,7 @@ import cvxpy as cp
 import numpy as np
 
 from fullcomp.errors import DomainError
-from fullcomp.sets.base import Set, numeric
+from fullcomp.sets.base import Set
 
 
 class Product(Set):
@@ -82,20 +82,18 @@ class Product(Set):
     def diameter(self) -> float:
         return math.sqrt(sum(float(b.diameter) ** 2 for b in self.blocks))
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         return np.concatenate(
             [np.asarray(b.lmo_unchecked(part), dtype=np.float64).ravel() for b, part in zip(self.blocks, self.parts(d))]
         )
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         return np.concatenate(
             [np.asarray(b.project(part), dtype=np.float64).ravel() for b, part in zip(self.blocks, self.parts(p))]
         )
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         if p.shape != self.shape:
             return False
         return all(b.contains(part, tol) for b, part in zip(self.blocks, self.parts(p)))

@@ -11,7 +11,7 @@ import scipy.sparse.linalg as spla
 
 from fullcomp.errors import DomainError
 from fullcomp.sets.balls import project_simplex
-from fullcomp.sets.base import Set, check_radius, numeric
+from fullcomp.sets.base import Set, check_radius
 from fullcomp.sets.combinatorial import square_shape
 
 #: Up to this order the smallest eigenpair comes from a dense eigensolve restricted to it (LAPACK's
@@ -55,14 +55,12 @@ class Spectraplex(Set):
         self._start = vectors[:, 0]
         return float(values[0]), vectors[:, 0]
 
-    @numeric
     def lmo(self, d: np.ndarray) -> np.ndarray:
         value, v = self.smallest_eigenpair(0.5 * (d + d.T))
         if not self.equality and value >= 0:
             return np.zeros_like(d)
         return self.trace * np.outer(v, v)
 
-    @numeric
     def project(self, p: np.ndarray) -> np.ndarray:
         values, vectors = np.linalg.eigh(0.5 * (p + p.T))
         if self.equality:
@@ -75,7 +73,7 @@ class Spectraplex(Set):
         return 0.5 * (out + out.T)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
-        p = np.asarray(point.detach().cpu().numpy() if hasattr(point, "detach") else point, dtype=float)
+        p = np.asarray(point, dtype=float)  # a tensor comes as numpy (adapt_contains)
         if p.shape != self.shape:
             return False
         slack = tol * max(1.0, self.diameter)

@@ -31,7 +31,7 @@ from fullcomp.sets.atoms import Entries, RankOneAtom
 from fullcomp.sets.lanczos import BLOCK, SparsePattern
 
 if TYPE_CHECKING:
-    from fullcomp.glmo.segments import Segments
+    from fullcomp.sets.segments import Segments
     from fullcomp.trackers import Revision
 
 #: Past singular vectors kept; the oldest leaves first.
@@ -65,7 +65,7 @@ class RitzSubspace:
     def follow(self, V: np.ndarray, revision: Revision | None, segments: Segments | None = None) -> None:
         """Make the products those with this call's V: carried over when ``revision`` relates V to the last
         call's, else the basis starts empty (recomputing it would cost n products per vector).  ``segments``:
-        V's, when known (:mod:`fullcomp.glmo.segments`); a new vector's products then read each segment's
+        V's, when known (:mod:`fullcomp.sets.segments`); a new vector's products then read each segment's
         row on the segment alone, one pass over the entries instead of n."""
         n = V.shape[0]
         carried = revision is not None and self.tag is not None and self.tag in (revision.tag, revision.since)
