@@ -252,7 +252,7 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
 
 def outer_weights(problem: Any, plan: Plan) -> Callable[[dict], Any]:
     """The weights F puts on each inner value at a state's tracked value z (and its iterate, when F reads x)."""
-    from fullcomp.glmo.subgradient import OuterCalculus
+    from fullcomp.model.calculus import OuterCalculus
 
     calculus = OuterCalculus(problem.outer)
 

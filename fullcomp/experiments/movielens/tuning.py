@@ -18,7 +18,7 @@ from fullcomp.experiments.completion import Completion, completion_problem
 from fullcomp.experiments.harness import ProtocolConfig, Search, check_seeds, emit, grid_edges, resolve_search
 from fullcomp.experiments.movielens import config as protocol
 from fullcomp.experiments.movielens.runs import _check_budget, run_method
-from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.model.calculus import OuterCalculus
 from fullcomp.oracles import dense
 from fullcomp.oracles.tracked import TrackedModel
 
