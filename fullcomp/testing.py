@@ -205,7 +205,6 @@ def check_method(name: str, problem: Callable[..., Any] | None = None, **require
     assert torch.equal(_flat(stepper.x), _flat(base.x)), f"{name}: fc.Stepper's iterates differ from fc.solve's"
 
 
-
 # ---- the risk contract: check_risk --------------------------------------------------------------------
 
 #: The relative tolerance of check_risk's comparisons with CVXPY: Clarabel at its tightest settings meets
@@ -260,7 +259,9 @@ class _RiskProbe:
         try:
             return self.closed.value_at(u) if kind == "value" else self.closed.weights_at(u)
         except FullcompError as exc:
-            raise AssertionError(f"check_risk: the declared {kind} returns a valid answer: {exc}") from exc
+            raise AssertionError(
+                f"check_risk: the declared {kind}= returns an answer of the right kind: {exc}"
+            ) from exc
 
 
 def risk_points(n: int, seed: int = 0) -> dict[str, list[np.ndarray]]:

@@ -117,6 +117,7 @@ def top_k_mean(u: cp.Expression, k: int) -> cp.Expression:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
         raise ModelError(f"top_k_mean k must be an int in 1..{n} (the number of entries averaged), got {k!r}")
     k = int(k)
+
     def weights(w: np.ndarray) -> np.ndarray:
         return capped_weights(w, float(k))
 
@@ -144,6 +145,7 @@ def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
     radius = math.sqrt(2.0 * kappa / n)
     inner = cp.Problem(cp.Minimize(cp.max(u - v) + cp.sum(v) / n + radius * cp.norm(v, 2)))
     expr = partial_optimize(inner, opt_vars=[v], dont_opt_vars=list(u.variables()))
+
     def weights(w: np.ndarray) -> np.ndarray:
         return chi2_weights(w, kappa)
 
@@ -192,6 +194,7 @@ def kl_dro(u: cp.Expression, rho: float) -> cp.Expression:
     cones = [cp.constraints.ExpCone(u - s, lam * np.ones(n), z), cp.sum(z) <= n * lam]
     inner = cp.Problem(cp.Minimize(rho * lam + s), cones)
     expr = partial_optimize(inner, opt_vars=[lam, s, z], dont_opt_vars=list(u.variables()))
+
     def weights(w: np.ndarray) -> np.ndarray:
         return kl_weights(w, rho)
 
