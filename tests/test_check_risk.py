@@ -126,6 +126,18 @@ def test_the_calculus_uses_the_declared_closed_forms_with_no_conic_solve(monkeyp
     assert np.allclose(fc.risk_weights(2.0 * F, w), 2.0 * q, atol=1e-6)
 
 
+def test_a_named_risk_of_an_expression_of_the_placeholder_declares_nothing():
+    """The closed forms are functions of the placeholder's value, so a risk of u[:3] or of a plain variable is
+    any other F: its weights are CVXPY's dual, on the placeholder's n entries."""
+    u = fc.inner_value(N)
+    w = np.array([0.3, 2.0, 1.0, 5.0, 4.0, -1.0])
+    head = fc.cvar(u[:3], 1 / 3)
+    assert closed_form(head) is None
+    np.testing.assert_allclose(fc.risk_weights(head, w), [0, 1, 0, 0, 0, 0], atol=1e-6)
+    assert closed_form(fc.kl_dro(cp.Variable(N), 0.3)) is None
+    assert closed_form(fc.tpauc_cvar(u, 2)) is not None
+
+
 def test_fc_risk_returns_a_tagged_copy_and_leaves_the_expression_alone():
     u = fc.inner_value(N)
     plain = cp.max(u)

@@ -2,7 +2,8 @@
 
 Each helper returns a DCP CVXPY expression in ``u = fc.inner_value(n)`` (so every GLMO route applies),
 declared through :func:`fullcomp.model.calculus.risk` with its value and the adversary's weights q in
-closed form (:func:`~fullcomp.model.calculus.risk_weights` returns them).  Every risk here is the support
+closed form (:func:`~fullcomp.model.calculus.risk_weights` returns them) when its argument is the placeholder
+itself.  Every risk here is the support
 function of a set of weights on the simplex, or such a supremum less a penalty:
 
     R(u) = max { q.u - penalty(q) : q in Q },   Q a subset of the simplex,
@@ -30,12 +31,21 @@ from fullcomp.model.calculus import (
     risk,
     softmax_weights,
 )
+from fullcomp.model.placeholder import is_placeholder
 
 
 def _vector(u: cp.Expression, name: str) -> int:
     if not isinstance(u, cp.Expression) or u.ndim != 1:
         raise ModelError(f"{name} needs a 1-D CVXPY expression such as fc.inner_value(n), got {u!r}")
     return u.shape[0]
+
+
+def _declared(u: cp.Expression, expr: cp.Expression, **closed: Callable) -> cp.Expression:
+    """``expr`` declaring its closed forms, which are functions of the placeholder's value: so only where the
+    risk's argument is the placeholder itself (of ``u[:3]`` or ``u - c``, ``expr`` is any other F)."""
+    if isinstance(u, cp.Variable) and is_placeholder(u):
+        return risk(expr, **closed)
+    return expr
 
 
 def _attained(weights: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], float]:
@@ -90,14 +100,16 @@ def cvar(u: cp.Expression, alpha: float) -> cp.Expression:
         m = float(round(m))
     if m < 1:
         # Fewer than one entry in the tail: the tail mean is the largest entry.
-        return risk(cp.max(u), value=lambda w: float(np.max(w)), weights=lambda w: capped_weights(w, 1.0))
+        return _declared(u, cp.max(u), value=lambda w: float(np.max(w)), weights=lambda w: capped_weights(w, 1.0))
     k = int(math.floor(m))
     frac = m - k
     tail = _sum_largest(u, k, n)
     if frac > 0:
         # S_k + frac * u_(k+1), written with integer sum_largest (CVXPY's canonicalization needs int k).
         tail = (1 - frac) * tail + frac * _sum_largest(u, k + 1, n)
-    return risk(tail / m, value=_attained(lambda w: capped_weights(w, m)), weights=lambda w: capped_weights(w, m))
+    return _declared(
+        u, tail / m, value=_attained(lambda w: capped_weights(w, m)), weights=lambda w: capped_weights(w, m)
+    )
 
 
 def _sum_largest(u: cp.Expression, k: int, n: int) -> cp.Expression:
@@ -121,7 +133,7 @@ def top_k_mean(u: cp.Expression, k: int) -> cp.Expression:
     def weights(w: np.ndarray) -> np.ndarray:
         return capped_weights(w, float(k))
 
-    return risk(_sum_largest(u, k, n) / k, value=_attained(weights), weights=weights)
+    return _declared(u, _sum_largest(u, k, n) / k, value=_attained(weights), weights=weights)
 
 
 def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
@@ -140,7 +152,7 @@ def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
     if not kappa >= 0 or not math.isfinite(kappa):
         raise ModelError(f"chi2_dro kappa must be a finite number >= 0, got {kappa}")
     if kappa == 0:
-        return risk(cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
+        return _declared(u, cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
     v = cp.Variable(n, name="chi2_dual")
     radius = math.sqrt(2.0 * kappa / n)
     inner = cp.Problem(cp.Minimize(cp.max(u - v) + cp.sum(v) / n + radius * cp.norm(v, 2)))
@@ -149,7 +161,7 @@ def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
     def weights(w: np.ndarray) -> np.ndarray:
         return chi2_weights(w, kappa)
 
-    return risk(expr, value=_attained(weights), weights=weights)
+    return _declared(u, expr, value=_attained(weights), weights=weights)
 
 
 def entropic_risk(u: cp.Expression, lam: float) -> cp.Expression:
@@ -163,7 +175,8 @@ def entropic_risk(u: cp.Expression, lam: float) -> cp.Expression:
     """
     n = _vector(u, "entropic_risk")
     lam = _temperature(lam, "lam", "entropic_risk")
-    return risk(
+    return _declared(
+        u,
         lam * cp.log_sum_exp(u / lam) - lam * math.log(n),
         value=lambda w: float(lam * (logsumexp(w / lam) - math.log(w.size))),
         weights=lambda w: softmax_weights(w, lam),
@@ -187,7 +200,7 @@ def kl_dro(u: cp.Expression, rho: float) -> cp.Expression:
     if not rho >= 0:
         raise ModelError(f"kl_dro rho must be a radius >= 0, got {rho}; rho = 0 is the mean")
     if rho == 0:
-        return risk(cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
+        return _declared(u, cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
     lam = cp.Variable(nonneg=True, name="kl_temperature")
     s = cp.Variable(name="kl_shift")
     z = cp.Variable(n, name="kl_cone")
@@ -198,7 +211,7 @@ def kl_dro(u: cp.Expression, rho: float) -> cp.Expression:
     def weights(w: np.ndarray) -> np.ndarray:
         return kl_weights(w, rho)
 
-    return risk(expr, value=_attained(weights), weights=weights)
+    return _declared(u, expr, value=_attained(weights), weights=weights)
 
 
 def smooth_max(u: cp.Expression, lam: float) -> cp.Expression:
@@ -212,7 +225,8 @@ def smooth_max(u: cp.Expression, lam: float) -> cp.Expression:
     """
     _vector(u, "smooth_max")
     lam = _temperature(lam, "lam", "smooth_max")
-    return risk(
+    return _declared(
+        u,
         lam * cp.log_sum_exp(u / lam),
         value=lambda w: float(lam * logsumexp(w / lam)),
         weights=lambda w: softmax_weights(w, lam),
@@ -238,7 +252,8 @@ def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Ex
     if not C >= 0:
         raise ModelError(f"group_dro C must be >= 0 (the weight of the 1/sqrt(n_g) adjustment), got {C}")
     adjust = C / np.sqrt(sizes)
-    return risk(
+    return _declared(
+        u,
         cp.max(u + adjust),
         value=lambda w: float(np.max(w + adjust)),
         weights=lambda w: argmax_weights(np.asarray(w, dtype=np.float64) + adjust),
@@ -293,7 +308,7 @@ def tpauc_cvar(u: cp.Expression, n_pos: int, theta_0: float = 0.5, theta_1: floa
         p = capped_weights(np.sum(r * L, axis=1), m_pos)
         return (p[:, None] * r).reshape(-1)
 
-    return risk(outer, value=_attained(weights), weights=weights)
+    return _declared(u, outer, value=_attained(weights), weights=weights)
 
 
 def tpauc_kl(u: cp.Expression, n_pos: int, lam: float = 1.0, tau: float = 1.0) -> cp.Expression:
@@ -332,4 +347,4 @@ def tpauc_kl(u: cp.Expression, n_pos: int, lam: float = 1.0, tau: float = 1.0) -
         Lw, h = row_risks(w)
         return (softmax(h / tau)[:, None] * softmax(Lw / lam, axis=1)).reshape(-1)
 
-    return risk(outer, value=value, weights=weights)
+    return _declared(u, outer, value=value, weights=weights)
