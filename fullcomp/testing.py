@@ -17,6 +17,7 @@ one pytest case per check.
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 import warnings
@@ -220,6 +221,7 @@ class _RiskProbe:
         from fullcomp.model.calculus import closed_form, has_partial_minimization
         from fullcomp.model.composite import free_variables
 
+        _risk_is_convex(expr)  # the other checks read the placeholder off a well-formed risk
         self.expr = expr
         self.holder = free_variables(expr)[0]
         self.n = int(self.holder.shape[0])
@@ -243,13 +245,14 @@ class _RiskProbe:
             self.program = (cp.Problem(cp.Minimize(self.expr), [link]), point, link)
         problem, point, link = self.program
         point.value = u
+        solved = True
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "solution may be inaccurate": the tolerance below judges it
+            warnings.simplefilter("ignore")  # "solution may be inaccurate": the tolerances of the checks judge it
             try:
                 problem.solve(solver=cp.CLARABEL, **_TIGHT)
             except cp.error.SolverError:
-                problem.status = None
-        if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+                solved = False
+        if not solved or problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             solvers.solve(problem, "check_risk's program min F(u') s.t. u' == u")
         return float(problem.value), -np.asarray(link.dual_value, dtype=np.float64).reshape(-1)
 
@@ -266,7 +269,7 @@ class _RiskProbe:
 
 def risk_points(n: int, seed: int = 0) -> dict[str, list[np.ndarray]]:
     """The loss vectors check_risk uses: random (distinct entries), tied (a shared maximum and repeated
-    entries) and degenerate (constant, zero, a single outlier)."""
+    entries) and degenerate (constant, zero, a single outlier, ties split by 1e-9)."""
     rng = np.random.default_rng(seed)
     random = [rng.standard_normal(n), 2.0 * rng.uniform(size=n), 1.0 + 0.5 * rng.standard_normal(n)]
     tied = []
@@ -276,11 +279,29 @@ def risk_points(n: int, seed: int = 0) -> dict[str, list[np.ndarray]]:
         tied.append(t)
     outlier = np.zeros(n)
     outlier[-1] = 3.0
-    return {"random": random, "tied": tied, "degenerate": [np.full(n, 0.7), np.zeros(n), outlier]}
+    nearly = tied[0] + 1e-9 * rng.standard_normal(n)
+    return {"random": random, "tied": tied, "degenerate": [np.full(n, 0.7), np.zeros(n), outlier, nearly]}
 
 
 def _at(u: np.ndarray, kind: str) -> str:
     return f"at the {kind} loss vector u = {np.array2string(u, precision=4)}"
+
+
+def _keeps_the_placeholder(check: Callable[[Any, int], None]) -> Callable[..., None]:
+    """``check`` restoring the value of the risk's placeholder, which evaluating F at loss vectors sets."""
+    from fullcomp.model.placeholder import is_placeholder
+
+    @functools.wraps(check)
+    def restoring(expr: Any, seed: int = 0) -> None:
+        holders = [v for v in expr.variables() if is_placeholder(v)] if isinstance(expr, cp.Expression) else []
+        saved = [holder.value for holder in holders]
+        try:
+            check(expr, seed)
+        finally:
+            for holder, value in zip(holders, saved):
+                holder.value = value
+
+    return restoring
 
 
 def _risk_is_convex(expr: Any, seed: int = 0) -> None:
@@ -357,11 +378,12 @@ def _risk_weights_are_the_dual(expr: Any, seed: int = 0) -> None:
         )
 
 
+#: check_risk's checks by name, in the order it runs them; each takes (expr, seed=0).
 RISK_CHECKS: dict[str, Callable[..., None]] = {
     "convex": _risk_is_convex,
-    "value": _risk_value,
-    "subgradient": _risk_weights_are_subgradients,
-    "dual": _risk_weights_are_the_dual,
+    "value": _keeps_the_placeholder(_risk_value),
+    "subgradient": _keeps_the_placeholder(_risk_weights_are_subgradients),
+    "dual": _keeps_the_placeholder(_risk_weights_are_the_dual),
 }
 
 
@@ -383,14 +405,8 @@ def check_risk(expr: cp.Expression, *, seed: int = 0) -> None:
     It raises ``AssertionError`` naming the guarantee that failed and the loss vector.  The placeholder's
     value is restored afterwards.
     """
-    _risk_is_convex(expr)
-    holder = _RiskProbe(expr).holder
-    saved = holder.value
-    try:
-        for check in list(RISK_CHECKS.values())[1:]:
-            check(expr, seed)
-    finally:
-        holder.value = saved
+    for check in RISK_CHECKS.values():
+        check(expr, seed)
 
 
 def parametrize_risk_checks(risks: Mapping[str, cp.Expression] | Sequence[cp.Expression], *, seed: int = 0):
@@ -402,8 +418,6 @@ def parametrize_risk_checks(risks: Mapping[str, cp.Expression] | Sequence[cp.Exp
         def test_my_risk(risk, check):
             check(risk)
     """
-    import functools
-
     import pytest
 
     named = risks.items() if isinstance(risks, Mapping) else ((f"risk{i}", r) for i, r in enumerate(risks))

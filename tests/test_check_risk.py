@@ -20,7 +20,7 @@ from scipy.special import softmax
 
 import fullcomp as fc
 from fullcomp.errors import ModelError
-from fullcomp.model.calculus import OuterCalculus, capped_weights, closed_form, outer_gradient
+from fullcomp.model.calculus import OuterCalculus, capped_weights, chi2_weights, closed_form, outer_gradient
 from fullcomp.testing import RISK_CHECKS, check_risk, parametrize_risk_checks
 
 N = 6
@@ -59,6 +59,19 @@ def test_every_named_risk_declares_both_closed_forms():
     for name, expr in named_risks().items():
         closed = closed_form(expr)
         assert closed is not None and closed.value is not None and closed.weights is not None, name
+
+
+def test_chi2_weights_sum_to_one_at_nearly_tied_maxima():
+    """Splitting maxima 1e-9 apart takes a tilt t of about 1e9, at which projecting 1/n + t u onto the simplex
+    lost the sum 1 by 1e-6 (and a GLMO's value by 3e-7)."""
+    w = np.array([-0.35496442, -0.59452392, -0.35496442, -0.35496442, -2.27598547, -0.35496442, -2.59328121])
+    w[[0, 2, 3]] += np.array([3e-10, -2e-10, 1e-10])
+    q = chi2_weights(w, 2.0)
+    assert q.sum() == pytest.approx(1.0, abs=1e-14) and np.all(q >= 0)
+    assert 0.5 * w.size * np.sum((q - 1 / w.size) ** 2) == pytest.approx(2.0, rel=1e-12)
+    u = fc.inner_value(w.size)
+    u.value = w
+    assert closed_form(fc.chi2_dro(u, 2.0)).value_at(w) == pytest.approx(float(fc.chi2_dro(u, 2.0).value), abs=1e-8)
 
 
 # ---- a user's risk --------------------------------------------------------------------------------
@@ -268,6 +281,7 @@ def test_outer_gradient_is_the_gradient_of_a_smooth_f_and_the_slope_of_an_affine
     both = OuterCalculus(smooth).gradient(w, x)
     assert both.value == pytest.approx(0.5 * np.log(np.exp(w / 0.5).sum()) + C @ x, rel=1e-12)
     np.testing.assert_array_equal(both.u, g_u)
+    assert OuterCalculus(smooth).value(torch.tensor(w), x) == both.value
     a = rng.standard_normal(N)
     affine = fc.CompositeProblem(a @ fc.inner_value(N), lambda x, b: x.sum() * torch.ones(N), domain).outer
     g_u, g_x = outer_gradient(affine, w, None)

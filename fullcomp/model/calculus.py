@@ -1,6 +1,6 @@
 """The calculus of the outer function F, in one place: its value, (sub)gradients, smoothings and weights.
 
-Every method, :func:`risk_weights` and the history's ``q[i]`` columns ask this module about F:
+The methods, :func:`risk_weights` and the history's ``q[i]`` columns ask this module about F:
 
 * **closed forms.** :func:`risk` returns a risk that declares its value and its weights q(u) in closed form;
   the named risks (``fc.cvar``, ``fc.kl_dro``, ...) are built with it.  The declared weights are what
@@ -257,16 +257,29 @@ def chi2_weights(u: np.ndarray, kappa: float) -> np.ndarray:
     top = argmax_weights(u)
     if 0.5 * n * float(np.sum((top - uniform) ** 2)) <= kappa:
         return top
-    w = (u - u.mean()) / spread
+    order = np.argsort(-u, kind="stable")
+    below = (u.max() - u[order]) / spread  # >= 0, and exact for entries near the max
+    sizes = np.arange(1, n + 1)
+    means = np.cumsum(below) / sizes  # over the k largest entries, k = 1..n
+
+    def tilted(t: float) -> np.ndarray:
+        # The projection of 1/n + t u / spread onto the simplex: on its support, the k largest entries, it is
+        # 1/k + t (mean of the k - below_i), the largest k at which that stays > 0.  Written from the distances
+        # to the max, it keeps its digits at the large t that nearly tied maxima need, where projecting the
+        # vector 1/n + t u / spread itself cancels digits (its sum then misses 1 by 1e-6).
+        k = sizes[1.0 / sizes + t * (means - below) > 0][-1]
+        q = np.zeros(n)
+        q[order[:k]] = 1.0 / k + t * (means[k - 1] - below[:k])
+        return q
 
     def divergence(t: float) -> float:
-        return 0.5 * n * float(np.sum((project_simplex(uniform + t * w, 1.0) - uniform) ** 2))
+        return 0.5 * n * float(np.sum((tilted(t) - uniform) ** 2))
 
     hi = _grow(divergence, kappa)
     if divergence(hi) < kappa:  # kappa within rounding of the maximizers' divergence
         return top
     t = brentq(lambda s: divergence(s) - kappa, 0.0, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
-    return project_simplex(uniform + t * w, 1.0)
+    return tilted(t)
 
 
 # ---- smoothings of the max -----------------------------------------------------------------------------
