@@ -10,7 +10,9 @@ The methods, :func:`risk_weights` and the history's ``q[i]`` columns ask this mo
   exact and cheap.  ``fullcomp.testing.check_risk`` checks declared closed forms against CVXPY;
 * **a subgradient** (g_u, g_x) of F at (u, x) is minus the dual of the equalities of the compiled DPP
   program ``min F(u', x') s.t. u' == p_u (, x' == p_x)``.  Its value function is F(p_u, p_x) and CVXPY's
-  Lagrangian adds ``+ dual^T (u' - p_u)``, so stationarity in u' reads ``0 in dF + dual``;
+  Lagrangian adds ``+ dual^T (u' - p_u)``, so stationarity in u' reads ``0 in dF + dual``.
+  :meth:`OuterCalculus.subgradient` reads this dual even where a risk declares its weights (the methods
+  that step along it keep the trajectories the dual gives); :meth:`OuterCalculus.weights` returns those;
 * **the gradient** of a differentiable F is CVXPY's gradient of its atoms (:func:`outer_gradient`);
 * **the Moreau envelope** F_mu(u, x) = min F(u', x') + (||u' - u||^2 + ||x' - x||^2) / (2 mu) has gradient
   ((u - prox_u) / mu, (x - prox_x) / mu), from one compiled DPP prox program per mu.
