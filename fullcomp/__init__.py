@@ -31,6 +31,7 @@ from fullcomp.model import (
     kl_dro,
     layer_domains,
     make_feasible,
+    risk,
     risk_weights,
     smooth_max,
     top_k_mean,
@@ -109,7 +110,7 @@ __all__ += [
 ]
 __all__ += ["distributed", "tune_allocator", "optim"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
-__all__ += ["risk_weights", "Tracked", "TrackedModel", "TrackedReadout"]
+__all__ += ["risk", "risk_weights", "Tracked", "TrackedModel", "TrackedReadout"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import fullcomp as fc
-from fullcomp.algorithms.fw import kink
 from fullcomp.errors import OptionError
+from fullcomp.model.calculus import kink
 
 D, M, SUPPORT = 30, 40, 5
 PAIRWISE = ("away", "pairwise", "blended-pairwise")

@@ -9,7 +9,7 @@ import torch
 
 import fullcomp as fc
 from fullcomp.errors import OptionError
-from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.model.calculus import OuterCalculus
 
 N, D = 4, 10
 SHAPE = (4, 5)

@@ -35,16 +35,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-import cvxpy as cp
 import numpy as np
 import torch
-from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.algorithms.tracked import numpy
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.glmo import build_glmo
-from fullcomp.model.composite import CompositeProblem, Outer
+from fullcomp.model.calculus import kink, outer_gradient
+from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import InnerOracle
 from fullcomp.oracles.entries import EntryMap
 from fullcomp.run import Readout, Result, RunOptions
@@ -54,13 +53,6 @@ from fullcomp.steps import Adaptive, Line, ShortStep
 from fullcomp.validation import NONE, Options, Param, positive
 
 CORRECTIVE = ("vanilla", "away", "pairwise", "blended-pairwise")
-#: Non-affine CVXPY atoms differentiable on the interior of their domain, by class name (a subclass, such as
-#: CVXPY's PowerApprox of Power, counts as its base).
-SMOOTH_ATOMS = frozenset(
-    ("Power", "power", "quad_over_lin", "QuadForm", "SymbolicQuadForm", "log_sum_exp", "exp", "logistic", "huber")
-    + ("log", "log1p", "entr", "kl_div", "rel_entr", "xexp")
-)
-
 PARAMS = (
     Param(
         "corrective",
@@ -85,41 +77,6 @@ PARAMS = (
         "(None: the one whose short step is the whole first step)",
     ),
 )
-
-
-def kink(expr: cp.Expression) -> cp.Expression | None:
-    """The first sub-expression of F that is not differentiable (neither affine nor a smooth atom), or None."""
-    if isinstance(expr, PartialProblem):
-        return expr
-    if isinstance(expr, cp.atoms.atom.Atom) and not expr.is_atom_affine():
-        if not any(cls.__name__ in SMOOTH_ATOMS for cls in type(expr).__mro__):
-            return expr
-    for arg in getattr(expr, "args", []):
-        found = kink(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def outer_gradient(outer: Outer, u: np.ndarray, x: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(grad_u F, grad_x F flat or None) at (u, x), from CVXPY's gradients of F's atoms."""
-    if outer.linear is not None:
-        return outer.linear[0], None
-    outer.u.save_value(np.asarray(u, dtype=np.float64))
-    if outer.depends_on_x:
-        outer.domain.variable.value = x
-    grads = outer.expr.grad
-
-    def dense(var: cp.Variable) -> np.ndarray:
-        g = grads.get(var)
-        if g is None:
-            return np.zeros(var.size)
-        g = np.asarray(g.todense() if hasattr(g, "todense") else g, dtype=np.float64)
-        return g.reshape(var.shape, order="F").reshape(-1)  # CVXPY stacks a variable's entries column by column
-
-    if grads is None or any(g is None for g in grads.values()):
-        raise OracleError(f"F has no gradient at u = {np.array2string(u, precision=4)}: outside its domain")
-    return dense(outer.u), dense(outer.domain.variable) if outer.depends_on_x else None
 
 
 @encodable

@@ -13,7 +13,7 @@ import torch
 from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.algorithms.tracked import numpy, warm_factor
 from fullcomp.errors import OptionError
-from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.model.calculus import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles import dense
 from fullcomp.oracles.tracked import TrackedModel

@@ -10,7 +10,7 @@ import torch
 from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.algorithms.tracked import TRACKING, dense_plan, numpy, project, schedule_of, tracked_model, warm_factor
 from fullcomp.errors import OptionError
-from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.model.calculus import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.run import Result, RunOptions

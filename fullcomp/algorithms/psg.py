@@ -8,7 +8,7 @@ import torch
 
 from fullcomp.algorithms.method import Method, Plan, register, solve
 from fullcomp.algorithms.tracked import TRACKING, dense_plan, numpy, project, schedule_of, tracked_model, warm_factor
-from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.model.calculus import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import Tracked
 from fullcomp.run import Result, RunOptions

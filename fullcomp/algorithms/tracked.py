@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullcomp.glmo.subgradient import OuterCalculus
+from fullcomp.model.calculus import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import HESSIAN_POINTS, JACOBIAN_TRACKERS, Tracked, TrackedModel
 from fullcomp.run import History, Plan, Readout, Result, RunOptions

@@ -1,5 +1,6 @@
 """Declaration layer: placeholders, outer-function helpers, problems."""
 
+from fullcomp.model.calculus import risk, risk_weights
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.model.layers import init_norms, layer_domains, make_feasible
@@ -9,7 +10,6 @@ from fullcomp.model.outer import (
     entropic_risk,
     group_dro,
     kl_dro,
-    risk_weights,
     smooth_max,
     top_k_mean,
     tpauc_cvar,
@@ -19,4 +19,4 @@ from fullcomp.model.placeholder import inner_value
 
 __all__ = ["CompositeProblem", "DMaxProblem", "Outer", "inner_value", "cvar", "chi2_dro"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
-__all__ += ["risk_weights", "layer_domains", "make_feasible", "init_norms"]
+__all__ += ["risk", "risk_weights", "layer_domains", "make_feasible", "init_norms"]

@@ -1,8 +1,10 @@
 """Outer functions that CVXPY has no single atom for: named risks of the placeholder u.
 
-Each helper returns a DCP CVXPY expression in ``u = fc.inner_value(n)`` (so every GLMO route applies) and
-remembers how to compute the adversary's weights q at a point: :func:`risk_weights` returns them.  Every
-risk here is the support function of a set of weights on the simplex, or such a supremum less a penalty:
+Each helper returns a DCP CVXPY expression in ``u = fc.inner_value(n)`` (so every GLMO route applies),
+declared through :func:`fullcomp.model.calculus.risk` with its value and the adversary's weights q in
+closed form (:func:`~fullcomp.model.calculus.risk_weights` returns them) when its argument is the placeholder
+itself.  Every risk here is the support
+function of a set of weights on the simplex, or such a supremum less a penalty:
 
     R(u) = max { q.u - penalty(q) : q in Q },   Q a subset of the simplex,
 
@@ -18,15 +20,18 @@ from typing import Any
 import cvxpy as cp
 import numpy as np
 from cvxpy.transforms.partial_optimize import partial_optimize
-from scipy.optimize import brentq
 from scipy.special import logsumexp, softmax
 
 from fullcomp.errors import ModelError
+from fullcomp.model.calculus import (
+    argmax_weights,
+    capped_weights,
+    chi2_weights,
+    kl_weights,
+    risk,
+    softmax_weights,
+)
 from fullcomp.model.placeholder import is_placeholder
-
-#: The attribute under which a named risk keeps its closed-form weights ``q(u)``.
-WEIGHTS = "_fullcomp_weights"
-Weights = Callable[[np.ndarray], np.ndarray]
 
 
 def _vector(u: cp.Expression, name: str) -> int:
@@ -35,10 +40,21 @@ def _vector(u: cp.Expression, name: str) -> int:
     return u.shape[0]
 
 
-def _named(expr: cp.Expression, weights: Weights) -> cp.Expression:
-    """``expr`` carrying its closed-form weights for :func:`risk_weights`."""
-    setattr(expr, WEIGHTS, weights)
+def _declared(u: cp.Expression, expr: cp.Expression, **closed: Callable) -> cp.Expression:
+    """``expr`` declaring its closed forms, which are functions of the placeholder's value: so only where the
+    risk's argument is the placeholder itself (of ``u[:3]`` or ``u - c``, ``expr`` is any other F)."""
+    if isinstance(u, cp.Variable) and is_placeholder(u):
+        return risk(expr, **closed)
     return expr
+
+
+def _attained(weights: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], float]:
+    """The value q(u).u of a risk whose sup form has no penalty: its maximizing weights attain it."""
+    return lambda w: float(weights(w) @ w)
+
+
+def _mean(w: np.ndarray) -> np.ndarray:
+    return np.full(w.size, 1.0 / w.size)
 
 
 def _number(value: Any, name: str, helper: str) -> float:
@@ -59,102 +75,6 @@ def _temperature(lam: Any, name: str, helper: str) -> float:
             f"use cp.max(u) for {name} = 0"
         )
     return lam
-
-
-# ---- weights in closed form ------------------------------------------------------------------------
-
-
-def capped_weights(u: np.ndarray, m: float) -> np.ndarray:
-    """argmax { q.u : q in the simplex, q <= 1/m }, for m >= 1: mass 1/m on the largest entries in turn, the
-    boundary's share split evenly over entries tied there (so that tied entries get equal weights)."""
-    u = np.asarray(u, dtype=np.float64)
-    q = np.zeros(u.size)
-    order = np.argsort(-u, kind="stable")
-    ranked = u[order]
-    slots, i = float(m), 0
-    while slots > 1e-12 * m and i < u.size:
-        j = i + 1
-        while j < u.size and ranked[j] == ranked[i]:
-            j += 1
-        take = min(float(j - i), slots)
-        q[order[i:j]] = take / (j - i) / m
-        slots -= take
-        i = j
-    return q
-
-
-def _softmax(u: np.ndarray, lam: float) -> np.ndarray:
-    return softmax(np.asarray(u, dtype=np.float64) / lam)
-
-
-def _argmax_split(u: np.ndarray) -> np.ndarray:
-    """Uniform weights on the largest entries of u (a vertex when the max is unique)."""
-    top = u == u.max()
-    return top / top.sum()
-
-
-def _grow(f: Callable[[float], float], target: float) -> float:
-    """Some t >= 1 with f(t) >= target, for an increasing f that exceeds target eventually."""
-    t = 1.0
-    while f(t) < target and t < 1e300:
-        t *= 2.0
-    return t
-
-
-def kl_weights(u: np.ndarray, rho: float) -> np.ndarray:
-    """argmax { q.u : q in the simplex, KL(q || 1/n) <= rho }: softmax(u / lam) with the lam at which the
-    KL constraint is tight, or uniform weights on the maximizers when even they are within rho."""
-    u = np.asarray(u, dtype=np.float64)
-    n, spread = u.size, float(u.max() - u.min())
-    top = _argmax_split(u)
-    if rho == 0 or spread == 0:
-        return np.full(n, 1.0 / n)
-    if rho >= math.log(n / np.count_nonzero(top)):
-        return top
-    w = (u - u.max()) / spread  # in [-1, 0]: q(t) = softmax(t w), KL increasing in t from 0 to log(n / |argmax|)
-
-    def kl(t: float) -> float:
-        q = softmax(t * w)
-        return float(np.sum(q * np.log(np.maximum(n * q, 1e-300))))
-
-    hi = _grow(kl, rho)
-    if kl(hi) < rho:  # rho within rounding of log(n / #maximizers)
-        return top
-    t = brentq(lambda s: kl(s) - rho, 0.0, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
-    return softmax(t * w)
-
-
-def project_simplex(y: np.ndarray) -> np.ndarray:
-    """Euclidean projection onto the probability simplex (sort and threshold)."""
-    s = np.sort(y)[::-1]
-    cums = np.cumsum(s) - 1.0
-    ks = np.arange(1, y.size + 1)
-    k = ks[s - cums / ks > 0][-1]
-    return np.maximum(y - cums[k - 1] / k, 0.0)
-
-
-def chi2_weights(u: np.ndarray, kappa: float) -> np.ndarray:
-    """argmax { q.u : q in the simplex, (n/2) ||q - 1/n||^2 <= kappa }: the projection of 1/n + t u onto
-    the simplex with the t at which the ball constraint is tight (the distance to 1/n grows with t), or
-    uniform weights on the maximizers when they lie in the ball."""
-    u = np.asarray(u, dtype=np.float64)
-    n, spread = u.size, float(u.max() - u.min())
-    uniform = np.full(n, 1.0 / n)
-    if kappa == 0 or spread == 0:
-        return uniform
-    top = _argmax_split(u)
-    if 0.5 * n * float(np.sum((top - uniform) ** 2)) <= kappa:
-        return top
-    w = (u - u.mean()) / spread
-
-    def divergence(t: float) -> float:
-        return 0.5 * n * float(np.sum((project_simplex(uniform + t * w) - uniform) ** 2))
-
-    hi = _grow(divergence, kappa)
-    if divergence(hi) < kappa:  # kappa within rounding of the maximizers' divergence
-        return top
-    t = brentq(lambda s: divergence(s) - kappa, 0.0, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
-    return project_simplex(uniform + t * w)
 
 
 # ---- the risks -------------------------------------------------------------------------------------
@@ -180,14 +100,16 @@ def cvar(u: cp.Expression, alpha: float) -> cp.Expression:
         m = float(round(m))
     if m < 1:
         # Fewer than one entry in the tail: the tail mean is the largest entry.
-        return _named(cp.max(u), lambda w: capped_weights(w, 1.0))
+        return _declared(u, cp.max(u), value=lambda w: float(np.max(w)), weights=lambda w: capped_weights(w, 1.0))
     k = int(math.floor(m))
     frac = m - k
     tail = _sum_largest(u, k, n)
     if frac > 0:
         # S_k + frac * u_(k+1), written with integer sum_largest (CVXPY's canonicalization needs int k).
         tail = (1 - frac) * tail + frac * _sum_largest(u, k + 1, n)
-    return _named(tail / m, lambda w: capped_weights(w, m))
+    return _declared(
+        u, tail / m, value=_attained(lambda w: capped_weights(w, m)), weights=lambda w: capped_weights(w, m)
+    )
 
 
 def _sum_largest(u: cp.Expression, k: int, n: int) -> cp.Expression:
@@ -207,7 +129,11 @@ def top_k_mean(u: cp.Expression, k: int) -> cp.Expression:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
         raise ModelError(f"top_k_mean k must be an int in 1..{n} (the number of entries averaged), got {k!r}")
     k = int(k)
-    return _named(_sum_largest(u, k, n) / k, lambda w: capped_weights(w, float(k)))
+
+    def weights(w: np.ndarray) -> np.ndarray:
+        return capped_weights(w, float(k))
+
+    return _declared(u, _sum_largest(u, k, n) / k, value=_attained(weights), weights=weights)
 
 
 def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
@@ -226,12 +152,16 @@ def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
     if not kappa >= 0 or not math.isfinite(kappa):
         raise ModelError(f"chi2_dro kappa must be a finite number >= 0, got {kappa}")
     if kappa == 0:
-        return _named(cp.sum(u) / n, lambda w: np.full(w.size, 1.0 / w.size))
+        return _declared(u, cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
     v = cp.Variable(n, name="chi2_dual")
     radius = math.sqrt(2.0 * kappa / n)
     inner = cp.Problem(cp.Minimize(cp.max(u - v) + cp.sum(v) / n + radius * cp.norm(v, 2)))
     expr = partial_optimize(inner, opt_vars=[v], dont_opt_vars=list(u.variables()))
-    return _named(expr, lambda w: chi2_weights(w, kappa))
+
+    def weights(w: np.ndarray) -> np.ndarray:
+        return chi2_weights(w, kappa)
+
+    return _declared(u, expr, value=_attained(weights), weights=weights)
 
 
 def entropic_risk(u: cp.Expression, lam: float) -> cp.Expression:
@@ -245,7 +175,12 @@ def entropic_risk(u: cp.Expression, lam: float) -> cp.Expression:
     """
     n = _vector(u, "entropic_risk")
     lam = _temperature(lam, "lam", "entropic_risk")
-    return _named(lam * cp.log_sum_exp(u / lam) - lam * math.log(n), lambda w: _softmax(w, lam))
+    return _declared(
+        u,
+        lam * cp.log_sum_exp(u / lam) - lam * math.log(n),
+        value=lambda w: float(lam * (logsumexp(w / lam) - math.log(w.size))),
+        weights=lambda w: softmax_weights(w, lam),
+    )
 
 
 def kl_dro(u: cp.Expression, rho: float) -> cp.Expression:
@@ -265,14 +200,18 @@ def kl_dro(u: cp.Expression, rho: float) -> cp.Expression:
     if not rho >= 0:
         raise ModelError(f"kl_dro rho must be a radius >= 0, got {rho}; rho = 0 is the mean")
     if rho == 0:
-        return _named(cp.sum(u) / n, lambda w: np.full(w.size, 1.0 / w.size))
+        return _declared(u, cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
     lam = cp.Variable(nonneg=True, name="kl_temperature")
     s = cp.Variable(name="kl_shift")
     z = cp.Variable(n, name="kl_cone")
     cones = [cp.constraints.ExpCone(u - s, lam * np.ones(n), z), cp.sum(z) <= n * lam]
     inner = cp.Problem(cp.Minimize(rho * lam + s), cones)
     expr = partial_optimize(inner, opt_vars=[lam, s, z], dont_opt_vars=list(u.variables()))
-    return _named(expr, lambda w: kl_weights(w, rho))
+
+    def weights(w: np.ndarray) -> np.ndarray:
+        return kl_weights(w, rho)
+
+    return _declared(u, expr, value=_attained(weights), weights=weights)
 
 
 def smooth_max(u: cp.Expression, lam: float) -> cp.Expression:
@@ -286,7 +225,12 @@ def smooth_max(u: cp.Expression, lam: float) -> cp.Expression:
     """
     _vector(u, "smooth_max")
     lam = _temperature(lam, "lam", "smooth_max")
-    return _named(lam * cp.log_sum_exp(u / lam), lambda w: _softmax(w, lam))
+    return _declared(
+        u,
+        lam * cp.log_sum_exp(u / lam),
+        value=lambda w: float(lam * logsumexp(w / lam)),
+        weights=lambda w: softmax_weights(w, lam),
+    )
 
 
 def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Expression:
@@ -308,7 +252,12 @@ def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Ex
     if not C >= 0:
         raise ModelError(f"group_dro C must be >= 0 (the weight of the 1/sqrt(n_g) adjustment), got {C}")
     adjust = C / np.sqrt(sizes)
-    return _named(cp.max(u + adjust), lambda w: _argmax_split(np.asarray(w, dtype=np.float64) + adjust))
+    return _declared(
+        u,
+        cp.max(u + adjust),
+        value=lambda w: float(np.max(w + adjust)),
+        weights=lambda w: argmax_weights(np.asarray(w, dtype=np.float64) + adjust),
+    )
 
 
 def _pairs(u: cp.Expression, n_pos: int, helper: str) -> int:
@@ -359,7 +308,7 @@ def tpauc_cvar(u: cp.Expression, n_pos: int, theta_0: float = 0.5, theta_1: floa
         p = capped_weights(np.sum(r * L, axis=1), m_pos)
         return (p[:, None] * r).reshape(-1)
 
-    return _named(outer, weights)
+    return _declared(u, outer, value=_attained(weights), weights=weights)
 
 
 def tpauc_kl(u: cp.Expression, n_pos: int, lam: float = 1.0, tau: float = 1.0) -> cp.Expression:
@@ -386,55 +335,16 @@ def tpauc_kl(u: cp.Expression, n_pos: int, lam: float = 1.0, tau: float = 1.0) -
     rows = lam * cp.log_sum_exp(L / lam, axis=1) - lam * math.log(n_neg)
     outer = tau * cp.log_sum_exp(rows / tau) - tau * math.log(n_pos)
 
-    def weights(w: np.ndarray) -> np.ndarray:
+    def row_risks(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         Lw = np.asarray(w, dtype=np.float64).reshape(n_pos, n_neg)
-        r = softmax(Lw / lam, axis=1)
-        h = lam * (logsumexp(Lw / lam, axis=1) - math.log(n_neg))
-        return (softmax(h / tau)[:, None] * r).reshape(-1)
+        return Lw, lam * (logsumexp(Lw / lam, axis=1) - math.log(n_neg))
 
-    return _named(outer, weights)
+    def value(w: np.ndarray) -> float:
+        h = row_risks(w)[1]
+        return float(tau * (logsumexp(h / tau) - math.log(n_pos)))
 
+    def weights(w: np.ndarray) -> np.ndarray:
+        Lw, h = row_risks(w)
+        return (softmax(h / tau)[:, None] * softmax(Lw / lam, axis=1)).reshape(-1)
 
-# ---- weights at a point ------------------------------------------------------------------------------
-
-
-def risk_weights(outer: Any, u_value: Any) -> np.ndarray:
-    """The adversary's weights q at ``u_value``: the maximizer of the risk's sup form, a subgradient of F.
-
-    ``outer`` is an outer function (a CVXPY expression in ``fc.inner_value(n)``), a
-    :class:`~fullcomp.model.composite.Outer` or a :class:`~fullcomp.CompositeProblem`.  For the named
-    risks of this module (``fc.cvar``, ``fc.chi2_dro``, ``fc.top_k_mean``, ``fc.entropic_risk``,
-    ``fc.kl_dro``, ``fc.smooth_max``, ``fc.group_dro``, ``fc.tpauc_cvar``, ``fc.tpauc_kl``) q is computed
-    in closed form (their docstrings give it); for any other F of the placeholder alone it is read off
-    CVXPY's dual of ``u == u_value`` in ``min F(u)`` (a subgradient; for a sup-form risk, weights on the
-    simplex), which costs one conic solve.  An expression built from a named risk (``2 * fc.cvar(u, a)``)
-    is "any other F".
-    """
-    from fullcomp import solvers
-    from fullcomp.model.composite import CompositeProblem, Outer, free_variables
-
-    expr = outer.outer if isinstance(outer, CompositeProblem) else outer
-    expr = expr.expr if isinstance(expr, Outer) else expr
-    if not isinstance(expr, cp.Expression):
-        raise ModelError(
-            f"risk_weights needs an outer function (a CVXPY expression in fc.inner_value(n)), an Outer or a "
-            f"CompositeProblem, got {type(outer).__name__}"
-        )
-    variables = free_variables(expr)
-    holders = [v for v in variables if is_placeholder(v)]
-    if len(holders) != 1 or len(variables) != 1:
-        raise ModelError(
-            "risk_weights needs an outer function of one fc.inner_value placeholder alone "
-            "(no other variables, no domain variable)"
-        )
-    n = holders[0].shape[0]
-    value = np.asarray(u_value.detach().cpu() if hasattr(u_value, "detach") else u_value, dtype=np.float64)
-    value = value.reshape(-1)
-    if value.shape != (n,) or not np.all(np.isfinite(value)):
-        raise ModelError(f"risk_weights u_value must be a finite vector of length {n}, got shape {value.shape}")
-    closed = getattr(expr, WEIGHTS, None)
-    if closed is not None:
-        return closed(value)
-    link = holders[0] == value
-    solvers.solve(cp.Problem(cp.Minimize(expr), [link]), "risk_weights' subgradient program")
-    return -np.asarray(link.dual_value, dtype=np.float64).reshape(-1)
+    return _declared(u, outer, value=value, weights=weights)
