@@ -270,6 +270,34 @@ def test_cross_projects_by_its_lmo_onto_the_l1_ball():
     assert X.project(torch.tensor(points[3], dtype=torch.float32)).dtype == torch.float32  # through the adapter
 
 
+class LMOOnlyGroupL1(fc.Set):
+    """The group-l1 ball known by its LMO alone: a curved set, no polytope."""
+
+    def __init__(self, groups, radius):
+        self.ball = GroupL1Ball(groups, radius)
+        self.shape = self.ball.shape
+
+    @property
+    def diameter(self):
+        return self.ball.diameter
+
+    def lmo(self, d):
+        return self.ball.lmo(d)
+
+
+def test_a_curved_set_projects_by_its_lmo_to_the_same_accuracy():
+    X = LMOOnlyGroupL1(GROUPS, 1.5)
+    rng = np.random.default_rng(4)
+    bound = X.projection_tol * X.diameter
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProjectionWarning)
+        for scale in (0.05, 0.2, 0.5, 1.0, 3.0):
+            for _ in range(4):
+                p = scale * rng.standard_normal(N)
+                assert np.linalg.norm(X.project(p) - X.ball.project(p)) <= bound, p
+    check_set(X, lifted_group_l1, checks=["projection", "array_types", "input_checks"])
+
+
 def test_the_projection_from_the_lmo_warns_when_its_steps_run_out():
     X = Cross(N)
     X.projection_iters = 2

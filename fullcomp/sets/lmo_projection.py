@@ -72,10 +72,13 @@ def project_by_lmo(domain: Set, point: Any, tol: float, max_iter: int) -> np.nda
         if decrease <= 0 or length == 0:
             break
         gamma = min(decrease / length, w_a)
-        moved = active.shift(a, v, gamma)
-        active = moved.drop(a) if gamma == w_a else moved.pruned()
+        # A step that leaves a rounding's worth of a's weight drops a: the residue would come back as the away
+        # atom, whose step cannot move x.
+        drop = gamma >= w_a * (1 - 1e-9)
+        moved = active.shift(a, v, w_a if drop else gamma)
+        active = moved.drop(a) if drop else moved.pruned()
         x_next = active.point()
-        if np.array_equal(x_next, x):  # rounding: no step moves x any more
+        if not drop and np.array_equal(x_next, x):  # rounding: no step moves x any more
             break
         x = x_next
     name = type(domain).__name__
