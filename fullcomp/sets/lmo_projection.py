@@ -52,7 +52,7 @@ def project_by_lmo(domain: Set, point: Any, tol: float, max_iter: int) -> np.nda
         point = point.detach().cpu().numpy()
     p = np.asarray(point, dtype=np.float64).reshape(-1)
     target = 0.5 * (tol * float(domain.diameter)) ** 2
-    # The LMO point best aligned with p: p itself when p is one of the set's extreme points.
+    # The LMO point that maximizes <p, x>: p itself when p is a vertex that exposes itself (of an l1 ball, a box).
     active = AtomicForm.vertex(_flat_lmo(domain, -p))
     x = active.point()
     for k in range(max_iter + 1):
