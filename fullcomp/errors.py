@@ -66,3 +66,9 @@ class ScriptError(FullcompError, RuntimeError):
 class DistributedError(FullcompError, RuntimeError):
     """A collective failed: another rank died, hung past the timeout, or disagreed; the message names this rank
     and the ranks that did not answer."""
+
+
+class ProjectionWarning(RuntimeWarning):
+    """A set's projection computed from its LMO alone (a set without ``project``) stopped at its iteration cap
+    short of its accuracy; the message names the set, the Frank-Wolfe gap reached and how to supply an exact
+    ``project``."""

@@ -544,11 +544,10 @@ class _SetProbe:
     def projections(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(p, project(p)) for the test points and the midpoints of LMO points (points of the set), each result
         checked for its type, shape and finiteness, and to be in the set by what knows it apart from project:
-        the set's contains, else CVXPY.  Empty for a set without project."""
+        the set's contains, else CVXPY.  A set without project of its own is checked on the one computed from its
+        LMO (:mod:`fullcomp.sets.lmo_projection`)."""
         if self._projections is None:
             self._projections = []
-            if not self.domain.has_project:
-                return self._projections
             atoms = [s for _, s in self.atoms()][:4]
             for p in self.points + [0.5 * (a + b) for a, b in zip(atoms, atoms[1:])]:
                 q = self.domain.project(p.copy())
@@ -716,7 +715,7 @@ def _array_types(probe: _SetProbe) -> None:
     ]
     if torch.cuda.is_available():
         kinds.append(("torch float32 on CUDA", lambda a: torch.tensor(a, dtype=torch.float32, device="cuda")))
-    methods = [("lmo", X.lmo, g)] + ([("project", X.project, p)] if X.has_project else [])
+    methods = [("lmo", X.lmo, g), ("project", X.project, p)]
     for method, call, x in methods:
         for kind, make in kinds:
             given = make(x)
@@ -745,7 +744,7 @@ def _array_types(probe: _SetProbe) -> None:
 def _input_checks(probe: _SetProbe) -> None:
     """A direction or point of another shape, or with a non-finite entry, is refused with a DomainError."""
     X, name = probe.domain, probe.name
-    methods = [("lmo", X.lmo)] + ([("project", X.project)] if X.has_project else [])
+    methods = [("lmo", X.lmo), ("project", X.project)]
     bad = np.ones(probe.shape)
     bad.flat[0] = np.nan
     for method, call in methods:
@@ -805,7 +804,9 @@ def check_set(
     """Check a set against the guarantees every method relies on; AssertionError names the one broken.
 
     What a set without ``project``, ``contains`` and ``cvxpy_constraints`` can be checked on is its LMO
-    against itself (no point it returns for one direction may beat the one for another) and its diameter.
+    against itself (no point it returns for one direction may beat the one for another), its diameter, and
+    the projection computed from its LMO against the LMO (no LMO point may lie nearer to p across the
+    supporting hyperplane at project(p)).
 
     Parameters
     ----------
@@ -817,9 +818,9 @@ def check_set(
         them, as over the set's own ``cvxpy_constraints`` when it has them.
     checks : iterable of str, optional
         Names from :data:`SET_CHECKS` to run; default all: ``interface`` (shape, diameter, optional methods
-        raise DomainError), ``lmo_feasible``, ``lmo_optimal``, ``projection`` (a set with ``project``),
-        ``diameter``, ``membership``, ``array_types`` (numpy and torch, float32 and float64, CUDA where
-        present), ``input_checks`` (a wrong shape or a NaN is a DomainError).
+        raise DomainError), ``lmo_feasible``, ``lmo_optimal``, ``projection`` (its own ``project``, or the one
+        computed from its LMO), ``diameter``, ``membership``, ``array_types`` (numpy and torch, float32 and
+        float64, CUDA where present), ``input_checks`` (a wrong shape or a NaN is a DomainError).
     directions, points : iterables of arrays, optional
         The directions the LMO is checked on (default: three random ones and eleven degenerate ones: zero,
         constant, ties, repeated extremes) and the points projected (default: far, near, zero, constant).

@@ -1,11 +1,14 @@
 """fullcomp.testing.check_set on sets written as a user writes them (subclasses of fc.Set outside the package): it
-passes the docs' Cross and a group-l1 ball, fails sets with a wrong LMO, projection or diameter, and every method
-that takes a set runs on both, with numpy-only code, through the automatic numpy/torch adapter."""
+passes the docs' Cross (which projects by its LMO) and a group-l1 ball, fails sets with a wrong LMO, projection or
+diameter, and every method that takes a set runs on both, with numpy-only code, through the automatic numpy/torch
+adapter."""
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
+import warnings
 
 import cvxpy as cp
 import numpy as np
@@ -14,7 +17,7 @@ import torch
 from contract_cases import CASES, dc, minimax
 
 import fullcomp as fc
-from fullcomp.errors import DomainError
+from fullcomp.errors import DomainError, ProjectionWarning
 from fullcomp.testing import SET_CHECKS, check_set, parametrize_set_checks
 
 
@@ -248,6 +251,78 @@ def test_fullcomp_testing_imports_without_pytest():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_cross_projects_by_its_lmo_onto_the_l1_ball():
+    # Cross is the l1 ball of radius 1: its projection from the LMO is within projection_tol * diameter of the
+    # exact one (the stopping rule's guarantee, lmo_projection's docstring), inside the set and outside it.
+    X, exact = Cross(N), fc.L1Ball(N, 1.0)
+    rng = np.random.default_rng(3)
+    points = [scale * rng.standard_normal(N) for scale in (0.02, 0.1, 0.2, 1.0, 3.0, 30.0) for _ in range(5)]
+    points += [np.zeros(N), np.eye(N)[2], -np.eye(N)[4], np.full(N, 1.0 / N), np.array([0.5, -0.5, 0, 0, 0, 0])]
+    inside = sum(np.abs(p).sum() < 1 for p in points)
+    assert 8 <= inside <= len(points) - 8  # both kinds are tested
+    bound = X.projection_tol * X.diameter
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProjectionWarning)
+        for p in points:
+            q = X.project(p)
+            assert np.abs(q).sum() <= 1 + 1e-12
+            assert np.linalg.norm(q - exact.project(p)) <= bound, p
+    assert X.project(torch.tensor(points[3], dtype=torch.float32)).dtype == torch.float32  # through the adapter
+
+
+class LMOOnlyGroupL1(fc.Set):
+    """The group-l1 ball known by its LMO alone: a curved set, no polytope."""
+
+    def __init__(self, groups, radius):
+        self.ball = GroupL1Ball(groups, radius)
+        self.shape = self.ball.shape
+
+    @property
+    def diameter(self):
+        return self.ball.diameter
+
+    def lmo(self, d):
+        return self.ball.lmo(d)
+
+
+def test_a_curved_set_projects_by_its_lmo_to_the_same_accuracy():
+    X = LMOOnlyGroupL1(GROUPS, 1.5)
+    rng = np.random.default_rng(4)
+    bound = X.projection_tol * X.diameter
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProjectionWarning)
+        for scale in (0.05, 0.2, 0.5, 1.0, 3.0):
+            for _ in range(4):
+                p = scale * rng.standard_normal(N)
+                assert np.linalg.norm(X.project(p) - X.ball.project(p)) <= bound, p
+    check_set(X, lifted_group_l1, checks=["projection", "array_types", "input_checks"])
+
+
+def test_the_projection_from_the_lmo_warns_when_its_steps_run_out():
+    X = Cross(N)
+    X.projection_iters = 2
+    p = np.array([0.3, -0.2, 0.25, 0.1, -0.05, 0.02])  # inside: its projection needs one atom per entry
+    with pytest.warns(ProjectionWarning, match=r"Cross.project: .* after 2 steps .* define project\(point\) on Cross"):
+        q = X.project(p)
+    assert np.abs(q).sum() <= 1 + 1e-12 and np.linalg.norm(q - p) > X.projection_tol * X.diameter
+    X.projection_iters = Cross.projection_iters
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProjectionWarning)
+        np.testing.assert_allclose(X.project(p), p, atol=X.projection_tol * X.diameter)
+
+
+def test_every_library_set_projects_by_its_own_project():
+    # The projection from the LMO is for user sets: each concrete library set keeps its exact (and fast) one.
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    library = [c for c in subclasses(fc.Set) if c.__module__.startswith("fullcomp.") and not inspect.isabstract(c)]
+    assert len(library) >= 15
+    assert [c.__name__ for c in library if c.project is fc.Set.project] == []
+
+
 # Every method that takes a set runs on both: the composite ones over the set, the min-max ones with y in it. The
 # difference-of-convex methods (contract case ``dc``) take no set: x is free and psi has no constraint set.
 SET_METHODS = [name for name, (factory, _) in CASES.items() if factory is not dc]
@@ -291,15 +366,18 @@ def test_the_set_methods_are_every_method_but_the_dc_ones():
 
 @pytest.mark.parametrize("method", SET_METHODS)
 @pytest.mark.parametrize("which", ["cross", "group-l1"])
-def test_every_method_runs_on_the_user_sets(method, which):
+def test_every_method_runs_on_the_user_sets(method, which, monkeypatch):
     domain = Cross(N) if which == "cross" else GroupL1Ball(GROUPS, 1.5)
     factory, required = CASES[method]
     problem = minimax_over(domain) if factory is minimax else composite_over(domain)
-    if which == "cross" and method not in PROJECTION_FREE:
-        with pytest.raises(DomainError, match=r"Cross has no project\(\)"):
-            fc.solve(problem, method, iters=3, seed=0, progress=False, **required)
-        return
-    res = fc.solve(problem, method, iters=3, seed=0, progress=False, **required)
+    calls = []
+    by_lmo = fc.sets.base.project_by_lmo
+    monkeypatch.setattr(fc.sets.base, "project_by_lmo", lambda *args: calls.append(1) or by_lmo(*args))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ProjectionWarning)  # Cross's projection from its LMO reaches its accuracy
+        res = fc.solve(problem, method, iters=3, seed=0, progress=False, **required)
+    # the projection methods project Cross by its LMO; the group-l1 ball's own project is never replaced
+    assert bool(calls) == (which == "cross" and method not in PROJECTION_FREE)
     point = res.x if factory is not minimax else res.y
     point = np.asarray(point.detach().cpu().double().numpy() if isinstance(point, torch.Tensor) else point)
     assert np.all(np.isfinite(point))

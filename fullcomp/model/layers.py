@@ -286,7 +286,8 @@ def make_feasible(module: torch.nn.Module, domain: Set, method: str = "project")
     ------
     DomainError
         The domain does not fit the module's parameters (its blocks' names,
-        order or sizes), a block has no projection, or an unknown method.
+        order or sizes), a block that cannot tell a point inside (neither
+        contains nor project of its own), or an unknown method.
     """
 
     if not isinstance(module, torch.nn.Module):

@@ -14,6 +14,7 @@ import torch
 
 from fullcomp.errors import DomainError
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom
+from fullcomp.sets.lmo_projection import project_by_lmo
 from fullcomp.sets.segments import Segments
 
 if TYPE_CHECKING:
@@ -120,7 +121,10 @@ class Set(ABC):
     Euclidean projection, ``cvxpy_constraints(var)`` the constraints that
     define X for a CVXPY variable of ``shape``.  A subclass must give ``shape``,
     ``diameter`` and ``lmo``; ``project``, ``contains`` and ``cvxpy_constraints``
-    are optional (the methods that need them raise a DomainError saying so).
+    are optional.  Without ``project``, the projection is computed from the LMO
+    (:mod:`fullcomp.sets.lmo_projection`: within ``projection_tol`` times the
+    diameter); without ``contains`` and ``cvxpy_constraints``, the methods that
+    need them raise a DomainError saying so.
 
     A subclass writes ``lmo`` and ``project`` for one float64 numpy array of
     ``shape``: every subclass's own ``lmo`` and ``project`` are wrapped when the
@@ -142,6 +146,10 @@ class Set(ABC):
     #: True when X is a polytope whose ``lmo`` returns one of its finitely many vertices: the away and
     #: pairwise steps of ``fw`` then keep the iterate as a combination of vertices.
     polytope: bool = False
+    #: A set without its own ``project`` projects by Frank-Wolfe on its LMO to within ``projection_tol`` times
+    #: its diameter of the exact projection, in at most ``projection_iters`` steps (it warns when they run out).
+    projection_tol: ClassVar[float] = 1e-6
+    projection_iters: ClassVar[int] = 10_000
     _variable: cp.Variable | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -173,16 +181,16 @@ class Set(ABC):
     def lmo(self, direction: Array) -> Array:
         """A point of X minimizing <direction, x>."""
 
+    @adapt
     def project(self, point: Array) -> Array:
         """The Euclidean projection of ``point`` onto X.
 
-        Optional: a set known by its LMO alone leaves it out; the methods that project then say so, and
-        the Frank-Wolfe methods (hmsfw, scfw) never call it.
+        Optional: for a set known by its LMO alone this default computes it from the LMO, within
+        ``projection_tol`` times the diameter (:mod:`fullcomp.sets.lmo_projection`), with a
+        :class:`~fullcomp.errors.ProjectionWarning` when ``projection_iters`` steps do not reach that.  A set
+        with an exact projection defines its own: exact, and mostly much cheaper than the Frank-Wolfe steps.
         """
-        raise DomainError(
-            f"{type(self).__name__} has no project(); PSG, prox-linear, the min-max methods (for Y and Z) and "
-            "LiNASA+ICG from a given x0 need it: define project(point), or use a projection-free method such as hmsfw"
-        )
+        return project_by_lmo(self, point, self.projection_tol, self.projection_iters)
 
     def cvxpy_constraints(self, var: cp.Expression) -> list[cp.Constraint]:
         """CVXPY constraints stating ``var`` in X.
@@ -202,7 +210,8 @@ class Set(ABC):
 
     @property
     def has_project(self) -> bool:
-        """Whether :meth:`project` is available (a set known by its LMO alone has none)."""
+        """Whether the set defines its own :meth:`project`, taken as exact.  Otherwise ``project`` is the
+        approximate one computed from the LMO, which is not precise enough to decide membership (``contains``)."""
         return self._defines("project")
 
     def lmo_unchecked(self, d: np.ndarray) -> np.ndarray:
