@@ -28,7 +28,7 @@ from fullcomp.errors import OptionError
 
 #: Value-tracker names as ``hmsfw`` spells them: Variant II is the Taylor tracker, Variant I the Polyak one.
 TAYLOR, POLYAK = "taylor", "polyak"
-_VARIANTS = {"taylor": TAYLOR, "ii": TAYLOR, "polyak": POLYAK, "i": POLYAK}
+VARIANTS = {"taylor": TAYLOR, "ii": TAYLOR, "polyak": POLYAK, "i": POLYAK}
 #: What the non-convex theorems bound: E[gap(y_R)] for R uniform on 0..K-1.
 GAP = "generalized FW gap at a uniform iterate"
 
@@ -61,9 +61,9 @@ def check_horizon(iters: Any, schedule: str) -> int:
 
 def variant_key(variant: Any) -> str:
     key = str(variant).lower()
-    if key not in _VARIANTS:
+    if key not in VARIANTS:
         raise OptionError(f"variant must be 'taylor' (Variant II) or 'polyak' (Variant I), got {variant!r}")
-    return _VARIANTS[key]
+    return VARIANTS[key]
 
 
 def s_exp(r: float) -> float:

@@ -14,14 +14,14 @@ from fullcomp.glmo import ROUTES, build_glmo
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import Tracked
 from fullcomp.run import History, Result, RunOptions
-from fullcomp.schedules import _VARIANTS, variant_key
+from fullcomp.schedules import VARIANTS, variant_key
 from fullcomp.serial import encodable
 from fullcomp.sets.atoms import AtomicForm
 from fullcomp.validation import BOOL, CALLABLE, NONE, Interval, Options, Param, positive
 
 _ORDER = Interval(float, 1, 2, "right")
 PARAMS = (
-    Param("variant", (Options(tuple(_VARIANTS)),), "taylor", "value tracker: 'taylor' (Variant II) or 'polyak' (I)"),
+    Param("variant", (Options(tuple(VARIANTS)),), "taylor", "value tracker: 'taylor' (Variant II) or 'polyak' (I)"),
     Param("exact", (BOOL,), False, "the deterministic method on full_batch with beta = rho = 1"),
     Param("glmo", (Options(ROUTES),), "auto", "GLMO route (see fc.build_glmo)"),
     Param(
