@@ -238,6 +238,11 @@ class Stepper:
         _check_shapes(self.plan.state, state)
         self._check_inside(state)
         components = decode(state_dict["components"])
+        absent = sorted(set(self.plan.components) - set(components if isinstance(components, dict) else ()))
+        if absent:
+            raise CheckpointError(
+                f"the state_dict's components have no {', '.join(map(repr, absent))}; it was saved by another run"
+            )
         self.run.generator.set_state(generator)
         for name, obj in self.plan.components.items():
             obj.load_state_dict(components[name])
