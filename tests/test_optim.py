@@ -474,7 +474,7 @@ def test_a_loop_resumes_bit_identically_from_the_two_state_dicts():
     buffer = io.BytesIO()
     torch.save({"model": first.state_dict(), "opt": opt.state_dict(), "sched": scheduler.state_dict()}, buffer)
     buffer.seek(0)
-    saved = torch.load(buffer, weights_only=False)
+    saved = torch.load(buffer, weights_only=True)  # plain data and tensors: torch.load's safe default reads it
 
     torch.manual_seed(123)  # the resuming process: another initialization, overwritten by the checkpoint
     second = torch.nn.Sequential(torch.nn.Linear(FEATURES, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)).double()

@@ -54,17 +54,17 @@ class Params:
             self.module = value
             named = dict(value.named_parameters())
             for key, p in named.items():
+                if not p.is_floating_point():
+                    raise ModelError(
+                        f"{name} is a module whose parameter {key!r} has dtype {p.dtype}; the variables must be "
+                        f"floating-point: convert the module with {name}.float() or .double()"
+                    )
                 if not p.requires_grad:
                     # Refused rather than silently trained: the variable is every parameter of the module.
                     raise ModelError(
                         f"{name} is a module whose parameter {key!r} has requires_grad=False, but a module variable "
                         "is all its parameters and fullcomp would train it: call requires_grad_(True) on it, or "
                         f"pass {name} as a dict of the tensors to train and hold the frozen ones in the map"
-                    )
-                if not p.is_floating_point():
-                    raise ModelError(
-                        f"{name} is a module whose parameter {key!r} has dtype {p.dtype}; the variables must be "
-                        f"floating-point: convert the module with {name}.float() or .double()"
                     )
                 if not bool(torch.isfinite(p).all()):
                     raise ModelError(f"{name} has non-finite entries in parameter {key!r}; start from finite values")
