@@ -33,9 +33,11 @@ STEPPER_OPTIONS = ("seed", "device", "dtype", "x0", "iters")
 class Stepper:
     """One update of ``method`` on ``problem`` per :meth:`step`.
 
-    The method's ``adjustable`` hyperparameters (SMAG's ``eta0`` and ``eta1``) may change between steps, as
-    ``torch.optim``'s learning rate: :meth:`adjust` sets them, and :meth:`load_state_dict` takes them from the
-    saved state instead of refusing them.  ``outputs`` are the method's declared outputs at the current
+    The method's ``adjustable`` hyperparameters (SMAG's ``eta0`` and ``eta1``, HMSFW's and SCFW's
+    ``step_scale``) may change between steps, as ``torch.optim``'s learning rate: :meth:`adjust` sets them, and
+    :meth:`load_state_dict` takes them from the saved state (validated as :meth:`adjust` validates them)
+    instead of refusing them.  A state saved on another problem (its domain, its shapes, an iterate outside
+    the set) is refused.  ``outputs`` are the method's declared outputs at the current
     state (SMAG's ``x_phi``, HMSFW's trackers ``V`` and ``z``, ...).
 
     Parameters
