@@ -464,3 +464,91 @@ def test_the_sampled_estimate_stays_sound_on_a_network_where_the_taylor_one_drif
     assert all(row["objective_sample"] >= 0 for row in rows)
     errors = [abs(row["objective_sample"] - row["objective"]) for row in rows]
     assert sum(errors) / len(errors) < 0.2
+
+
+# The module-variable failures a hostile user found (../shared/repros/guarantees3_repros.py, M1, M2, M5, M7).
+X20 = torch.randn(20, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
+def test_batchnorm_statistics_are_in_the_checkpoint(tmp_path):  # M1: eval-mode outputs differed after a resume
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)).double()
+
+    def problem(net):
+        return fc.CompositeProblem(
+            cp.max(fc.inner_value(2)),
+            lambda n, b: n(X20 + b).pow(2).mean(0),
+            fc.L2Ball(82, 20.0),
+            x0=net,
+            sampler=lambda g: 0.1 * torch.randn(20, 5, generator=g, dtype=torch.float64),
+        )
+
+    straight = make()
+    fc.hmsfw(problem(straight), iters=8, progress=False)
+    path = str(tmp_path / "bn.ckpt")
+    fc.hmsfw(
+        problem(make()), iters=8, progress=False, checkpoint=path, callback=lambda it: False if it.k == 4 else None
+    )
+    resumed = make()  # the resuming process's module
+    fc.hmsfw(problem(resumed), iters=8, progress=False, checkpoint=path)
+    for key, buffer in straight[1].named_buffers():
+        assert torch.equal(buffer, dict(resumed[1].named_buffers())[key]), key
+
+
+def test_a_steppers_state_holds_the_buffers():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.BatchNorm1d(3)).double()
+    problem = fc.CompositeProblem(
+        cp.max(fc.inner_value(3)), lambda n, b: n(X20).pow(2).mean(0), fc.L2Ball(24, 20.0), x0=net
+    )
+    stepper = fc.Stepper(problem, "hmsfw")
+    stepper.step()
+    saved = stepper.state_dict()
+    mean = net[1].running_mean.clone()
+    stepper.step()
+    assert not torch.equal(net[1].running_mean, mean)
+    stepper.load_state_dict(saved)
+    assert torch.equal(net[1].running_mean, mean)
+
+
+def test_a_frozen_parameter_is_refused():  # M2: it was trained anyway
+    net = torch.nn.Linear(5, 2).double()
+    net.weight.requires_grad_(False)
+    with pytest.raises(ModelError, match="'weight' has requires_grad=False"):
+        fc.CompositeProblem(
+            cp.max(fc.inner_value(2)), lambda n, b: (n(X20) - 1).pow(2).mean(0), fc.L2Ball(12, 5.0), x0=net
+        )
+
+
+def test_dropout_in_training_mode_is_named_in_a_warning():  # M7: unrepeatable runs, silently
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Dropout(0.3), torch.nn.Linear(8, 2)).double()
+
+    def declare():
+        return fc.CompositeProblem(
+            cp.max(fc.inner_value(2)), lambda n, b: (n(X20) - 1).pow(2).mean(0), fc.L2Ball(66, 9.0), x0=net
+        )
+
+    with pytest.warns(UserWarning, match=r"dropout in training mode: 1 \(p=0.3\)"):
+        declare()
+    net.eval()  # no draws: the runs repeat, and nothing is said
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        problem = declare()
+    first, second = (fc.hmsfw(problem, iters=3, seed=0, progress=False) for _ in range(2))
+    assert torch.equal(first.x, second.x)
+
+
+def test_data_of_another_dtype_than_the_variable_are_named():  # M5: a raw RuntimeError from torch
+    net = torch.nn.Linear(5, 2).half()
+    with pytest.raises(ModelError, match="The variable is torch.float32"):
+        fc.CompositeProblem(
+            cp.max(fc.inner_value(2)),
+            lambda n, b: n(X20).pow(2).mean(0),
+            fc.L2Ball(12, 5.0),
+            x0=net,
+            dtype=torch.float32,
+        )

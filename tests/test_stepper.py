@@ -109,3 +109,88 @@ def test_the_smag_steppers_state_dict_holds_its_hyperparameters():
     assert torch.equal(flat(one.x), flat(two.x))
     with pytest.raises(CheckpointError, match="gamma"):
         fc.Stepper(minimax(), "smag", gamma=0.7, eta0=0.1, eta1=0.1).load_state_dict(saved)
+
+
+def _drift_problem(radius: float = 2.0, size: int = 10):
+    import cvxpy as cp
+
+    A = torch.randn(4, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0))[:, :size]
+
+    def noise(g):
+        return 0.05 * torch.randn(4, generator=g, dtype=torch.float64)
+
+    return fc.CompositeProblem(
+        cp.max(fc.inner_value(4)), lambda x, n: (A @ x - 0.5) ** 2 + n, fc.L1Ball(size, radius), sampler=noise
+    )
+
+
+def _stepped(problem, steps: int = 3) -> dict:
+    s = fc.Stepper(problem, "hmsfw")
+    for _ in range(steps):
+        s.step()
+    return s.state_dict()
+
+
+def test_a_state_saved_on_another_domain_is_refused():  # ST2: the iterate would sit outside the new ball
+    t = fc.Stepper(_drift_problem(radius=0.1), "hmsfw")
+    with pytest.raises(CheckpointError, match="domain"):
+        t.load_state_dict(_stepped(_drift_problem()))
+    assert t.k == 0
+
+
+def test_a_state_of_another_size_is_refused_by_its_field():  # ST3b: was a GLMO shape error at the next step
+    t = fc.Stepper(_drift_problem(size=9), "hmsfw")
+    saved = _stepped(_drift_problem())
+    saved.pop("domain")  # a state from before states recorded their domain: the shapes still tell
+    with pytest.raises(CheckpointError, match="state.y"):
+        t.load_state_dict(saved)
+
+
+def test_a_tampered_iterate_is_refused():  # O21a: the iterate is never left outside the domain
+    saved = _stepped(_drift_problem())
+    state = saved["state"]
+    assert isinstance(state, dict)
+    from fullcomp.serial import decode, encode
+
+    decoded = decode(state)
+    decoded.y = decoded.y * 100.0
+    t = fc.Stepper(_drift_problem(), "hmsfw")
+    with pytest.raises(CheckpointError, match="not in this problem's domain"):
+        t.load_state_dict({**saved, "state": encode(decoded)})
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [("k", -5, "k must be"), ("generator", torch.zeros(3, dtype=torch.uint8), "generator")],
+)
+def test_a_malformed_field_is_a_checkpoint_error(field, value, match):  # O21b, ST6: were raw errors
+    saved = _stepped(_drift_problem(), 1)
+    t = fc.Stepper(_drift_problem(), "hmsfw")
+    with pytest.raises(CheckpointError, match=match):
+        t.load_state_dict({**saved, field: value})
+    assert t.k == 0
+
+
+def test_adjustable_values_of_a_state_are_validated():  # ST8: eta0 = 1e6 was taken without its checks
+    x0 = {"w": torch.zeros(3, dtype=torch.float64)}
+    problem = fc.DMaxProblem(
+        lambda x, y, b: ((x["w"] - b) ** 2).sum() + y @ x["w"] - 0.5 * (y @ y),
+        x0=x0,
+        y0=torch.zeros(3, dtype=torch.float64),
+        Y=fc.L2Ball(3, 5.0),
+        sampler=lambda g: 1 + 0.1 * torch.randn(3, generator=g, dtype=torch.float64),
+    )
+    s = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.1, eta1=0.1)
+    s.step()
+    for value in (-0.1, 0.0, float("nan")):  # the declared constraint: a positive number
+        saved = s.state_dict()
+        saved["hyperparameters"]["eta0"] = value
+        t = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.1, eta1=0.1)
+        with pytest.raises(CheckpointError, match="eta0"):
+            t.load_state_dict(saved)
+        assert t.hyperparameters["eta0"] == 0.1
+
+
+def test_a_horizon_missing_from_a_stepper_names_iters():  # ST5b: the message spoke of a budget in seconds
+    with pytest.raises(OptionError, match="iters="):
+        fc.Stepper(_drift_problem(), "linasa-icg")

@@ -42,6 +42,12 @@ PARAMS = (
         "auto",
         "gamma of the first step; 'auto': 1 from the default start, a line search on one batch from a warm start",
     ),
+    Param(
+        "step_scale",
+        (Interval(float, 0, 1, "right"),),
+        1.0,
+        "a factor on every gamma_k, adjustable between steps (fc.optim's lr); above 1 a step would leave the set",
+    ),
 )
 
 
@@ -81,8 +87,13 @@ class Algorithm1:
         self.initial = HMSFWState(**start, atoms=AtomicForm(), start=1.0, shift=shift, z_exact=self.exact)
         self.warm = hp["first_step"] == "auto" and problem.warm_start
         y0 = problem.x0 if self.outer.depends_on_x else None
-        scale = abs(self.outer.value(numpy(self.initial.z), y0)) or 1.0
-        self.tolerance = glmo_tolerance(hp["glmo_tol"], hp["max_pricing"], scale, self.exact)
+        self.rescale(abs(self.outer.value(numpy(self.initial.z), y0)) or 1.0)
+
+    def rescale(self, scale: float) -> None:
+        """The GLMO's default tolerance on the scale |phi(y_0)| of the run's first sample (a run resumed on
+        other batches, as fc.optim's, takes the saved run's scale)."""
+        self.scale = scale
+        self.tolerance = glmo_tolerance(self.hp["glmo_tol"], self.hp["max_pricing"], scale, self.exact)
 
     def linear_model(self, state: HMSFWState, k: int) -> tuple[dict, Any]:
         """One GLMO on the tracked model z + V (x - y); the row describing y_k."""
@@ -105,6 +116,7 @@ class Algorithm1:
             state = replace(state, shift=self.warm_shift(state.y, self.point.toward(res)))
         gamma, beta, rho = self.schedule.at(k)
         gamma = self.schedule.step_size(k + state.shift) if state.shift else gamma
+        gamma = gamma * self.hp["step_scale"]  # read at each step: a Stepper (fc.optim's lr) may change it
         y, atoms = self.point.move(state.y, state.atoms, res, gamma, k)  # y_{k+1} = y_k + gamma_k (x_k - y_k)
         moved = {"atoms": atoms, "start": state.start * (1 - gamma), "z_exact": self.exact and rho == 1}
         new = self.model.advance(state, y, beta, rho, k + 1, **moved)  # V_{k+1}, z_{k+1} from one sample at y_{k+1}
@@ -180,7 +192,7 @@ def glmo_tolerance(glmo_tol: Any, max_pricing: int | None, scale: float, exact: 
 
 
 NAME = "Hybrid Momentum Stochastic Frank-Wolfe (HMSFW paper, Algorithm 1)"
-HMSFW = register(Method("hmsfw", CompositeProblem, PARAMS, setup, NAME))
+HMSFW = register(Method("hmsfw", CompositeProblem, PARAMS, setup, NAME, adjustable=("step_scale",)))
 preset(HMSFW, "hmsfw-ii", "HMSFW Variant II: Taylor value tracker", variant="taylor")
 preset(HMSFW, "hmsfw-i", "HMSFW Variant I: Polyak value tracker", variant="polyak")
 preset(HMSFW, "hmsfw-exact", "the deterministic Basic method on full_batch (beta = rho = 1)", exact=True)
@@ -195,6 +207,7 @@ register(
         setup,
         "Clipped SCFW: Vanilla SCFW with each sampled Jacobian rescaled to norm <= clip",
         {"schedule": "vanilla", "exact": False},
+        adjustable=("step_scale",),
     )
 )
 

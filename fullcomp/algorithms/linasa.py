@@ -54,7 +54,10 @@ class LiNASA:
         self.mu, self.delta, self.work = hp["mu"], hp["delta"], icg_schedule(hp["icg_steps"])
         self.N = hp["horizon"] if hp["horizon"] is not None else run.horizon
         if self.N is None:
-            raise OptionError("horizon N (tau = 1/sqrt(N)) is needed when the budget is in seconds: pass horizon=N")
+            raise OptionError(
+                "horizon N (tau = 1/sqrt(N)) is needed and neither horizon= nor iters= gives it (a budget in "
+                "seconds, or a Stepper built without iters=): pass horizon=N"
+            )
         self.generator = run.generator
         self.calculus = OuterCalculus(self.outer)
         self.kind = self.calculus.smoothing(hp["smoothing"])

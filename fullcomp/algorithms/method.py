@@ -11,9 +11,10 @@ fingerprint, the result and its status) is done here and in
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,7 +203,8 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
     if run.x0 is not None:
         problem = problem.with_start(run.x0)
     # Only a checkpoint needs the fingerprint, whose data hash reads every array the problem holds.
-    stamp = None if run.checkpoint is None else fingerprint(spec, hp, run, problem)
+    with kept_buffers(problem):  # the fingerprint's probe evaluates the map: BatchNorm's statistics stay as they were
+        stamp = None if run.checkpoint is None else fingerprint(spec, hp, run, problem)
     if stamp is not None and run.world.parallel:  # each rank holds its own shard: the checkpoint knows them all
         stamp = {**stamp, "problem": distributed.gather(stamp["problem"])}
     with resuming(run, stamp, sharded=getattr(problem, "sharded", False)) as saved:
@@ -239,6 +241,28 @@ def validated(problem: Any, method: str, options: dict) -> tuple[Method, dict, A
     return spec, hp, problem, shared
 
 
+def module_buffers(problem: Any) -> dict[str, Any]:
+    """A module variable's buffers as a component, so that checkpoints hold BatchNorm's running statistics."""
+    from fullcomp.model.params import ModuleBuffers, Params
+
+    params = getattr(problem, "params", None)
+    if isinstance(params, Params) and params.kind == "module" and params.buffers:
+        return {"buffers": ModuleBuffers(params)}
+    return {}
+
+
+@contextlib.contextmanager
+def kept_buffers(problem: Any) -> Iterator[None]:
+    """Evaluations inside that leave a module variable's buffers (running statistics) as they were."""
+    found = module_buffers(problem).get("buffers")
+    saved = None if found is None else found.state_dict()
+    try:
+        yield
+    finally:
+        if found is not None:
+            found.load_state_dict(saved)
+
+
 def check_renamed(spec: Method, options: Mapping[str, Any]) -> None:
     """An OptionError naming the option's name when ``options`` use a name the method has renamed."""
     for old in options:
@@ -257,7 +281,7 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
     for sampler in samplers.values():
         sampler.reset()
     plan = spec.setup(problem, hp, run)
-    plan.components = {**plan.components, **samplers}
+    plan.components = {**plan.components, **samplers, **module_buffers(problem)}
     if run.gap_tol is not None and plan.readout.gap is None:
         raise OptionError(
             f"{spec.name} has no gap or stationarity measure, so gap_tol cannot stop it; drop gap_tol, or use a "

@@ -17,6 +17,7 @@ import torch
 
 from fullcomp.algorithms.method import _plain, planned, validated
 from fullcomp.errors import CheckpointError, ModelError, OptionError
+from fullcomp.model.fingerprint import set_numbers
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
 from fullcomp.run.result import Result
@@ -32,9 +33,11 @@ STEPPER_OPTIONS = ("seed", "device", "dtype", "x0", "iters")
 class Stepper:
     """One update of ``method`` on ``problem`` per :meth:`step`.
 
-    The method's ``adjustable`` hyperparameters (SMAG's ``eta0`` and ``eta1``) may change between steps, as
-    ``torch.optim``'s learning rate: :meth:`adjust` sets them, and :meth:`load_state_dict` takes them from the
-    saved state instead of refusing them.  ``outputs`` are the method's declared outputs at the current
+    The method's ``adjustable`` hyperparameters (SMAG's ``eta0`` and ``eta1``, HMSFW's and SCFW's
+    ``step_scale``) may change between steps, as ``torch.optim``'s learning rate: :meth:`adjust` sets them, and
+    :meth:`load_state_dict` takes them from the saved state (validated as :meth:`adjust` validates them)
+    instead of refusing them.  A state saved on another problem (its domain, its shapes, an iterate outside
+    the set) is refused.  ``outputs`` are the method's declared outputs at the current
     state (SMAG's ``x_phi``, HMSFW's trackers ``V`` and ``z``, ...).
 
     Parameters
@@ -187,6 +190,7 @@ class Stepper:
             "generator": self.run.generator.get_state(),
             "components": encode({name: obj.state_dict() for name, obj in self.plan.components.items()}),
             "rows": [dict(r) for r in self.rows],
+            "domain": _domain_of(self.problem),
         }
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -199,25 +203,96 @@ class Stepper:
             return {**saved, "hyperparameters": {k: v for k, v in (hp or {}).items() if k not in self.adjustable}}
 
         theirs, mine = fixed(state_dict), fixed(self.state_dict())
-        for key in ("method", "hyperparameters", "dtype", "horizon"):
+        # "domain": a state saved on another set would put the iterate outside this one (older states lack it).
+        for key in ("method", "hyperparameters", "dtype", "horizon", "domain"):
+            if key == "domain" and key not in state_dict:
+                continue
             if theirs.get(key) != mine[key]:
                 raise CheckpointError(
                     f"the state_dict's {key} is {theirs.get(key)!r} but this stepper's is {mine[key]!r}; "
-                    "build the stepper with the same method and options"
+                    "build the stepper with the same method, options and problem"
                 )
         missing = [key for key in ("k", "state", "generator", "components") if key not in state_dict]
         if missing:
             raise CheckpointError(f"the state_dict has no {', '.join(map(repr, missing))}; pass Stepper.state_dict()")
+        k = state_dict["k"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise CheckpointError(f"the state_dict's k must be a step count (an int >= 0), got {k!r}")
+        # Everything is checked before anything is set, so that a refused state leaves the stepper as it was.
+        saved_hp = state_dict.get("hyperparameters") or {}
+        adjusted = {name: saved_hp[name] for name in self.adjustable if name in saved_hp}
+        try:
+            check_params(self.spec.params, {**self.hyperparameters, **adjusted}, self.spec.name)
+        except OptionError as exc:
+            raise CheckpointError(f"the state_dict's hyperparameters are refused: {exc}") from None
+        generator = state_dict["generator"]
+        probe = torch.Generator(device=self.run.generator.device)
+        try:
+            probe.set_state(generator)
+        except (RuntimeError, TypeError) as exc:
+            raise CheckpointError(
+                f"the state_dict's generator is not a generator state of this stepper's device: {exc}"
+            ) from None
         state = decode(state_dict["state"])
         lacking = missing_fields(self.plan.state, state)
         if lacking:
             raise CheckpointError(f"the state_dict's state has no {', '.join(lacking)}; pass Stepper.state_dict()")
+        _check_shapes(self.plan.state, state)
+        self._check_inside(state)
         components = decode(state_dict["components"])
-        self.run.generator.set_state(state_dict["generator"])
+        absent = sorted(set(self.plan.components) - set(components if isinstance(components, dict) else ()))
+        if absent:
+            raise CheckpointError(
+                f"the state_dict's components have no {', '.join(map(repr, absent))}; it was saved by another run"
+            )
+        self.run.generator.set_state(generator)
         for name, obj in self.plan.components.items():
             obj.load_state_dict(components[name])
-        self.state, self.k = state, int(state_dict["k"])
-        for name in self.adjustable:
-            self.hyperparameters[name] = state_dict["hyperparameters"][name]
+        self.state, self.k = state, k
+        self.hyperparameters.update(adjusted)
         self.seconds = float(state_dict.get("seconds", 0.0))
         self.rows = [dict(r) for r in state_dict.get("rows", [])]
+
+    def _check_inside(self, state: Any) -> None:
+        """A CheckpointError when the state's iterate lies outside the problem's domain (a tampered state)."""
+        domain = getattr(self.problem, "domain", None)
+        if domain is None:
+            return
+        x = self.plan.readout.iterate(state)
+        params = getattr(self.problem, "params", None)
+        if params is not None and not isinstance(x, torch.Tensor):
+            x = params.flatten(x, "x")
+        if not isinstance(x, torch.Tensor) or x.numel() != domain.size:
+            return  # a structured iterate (the entries it reads) is not a dense point of the set
+        point = x.detach().double().cpu().numpy().reshape(domain.shape)
+        if not domain.contains(point, tol=1e-6):
+            raise CheckpointError(
+                f"the state_dict's iterate is not in this problem's domain ({type(domain).__name__}); it was "
+                "saved on another problem or edited"
+            )
+
+
+def _domain_of(problem: Any) -> str | None:
+    """The domain's kind and numbers, what a state must have been saved on."""
+    domain = getattr(problem, "domain", None)
+    return None if domain is None else f"{set_numbers(domain)} shape {tuple(domain.shape)}"
+
+
+def _check_shapes(template: Any, state: Any, where: str = "state") -> None:
+    """A CheckpointError naming the first tensor of ``state`` whose shape differs from this run's."""
+    if isinstance(template, torch.Tensor):
+        if not isinstance(state, torch.Tensor) or state.shape != template.shape:
+            got = tuple(state.shape) if isinstance(state, torch.Tensor) else type(state).__name__
+            raise CheckpointError(
+                f"the state_dict's {where} has shape {got}, this problem's {tuple(template.shape)}; it was saved "
+                "on another problem"
+            )
+        return
+    if isinstance(template, dict) and isinstance(state, dict):
+        for key in template:
+            if key in state:
+                _check_shapes(template[key], state[key], f"{where}.{key}")
+        return
+    if hasattr(template, "__dataclass_fields__") and type(state) is type(template):
+        for key in template.__dataclass_fields__:
+            _check_shapes(getattr(template, key), getattr(state, key), f"{where}.{key}")

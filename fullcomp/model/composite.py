@@ -470,10 +470,21 @@ class CompositeProblem:
             except OracleError as exc:
                 raise ModelError(str(exc)) from None
         with torch.no_grad():
-            if self.params is None:
-                out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
-            else:  # the user's map, so that a wrong signature is reported as such
-                out = call_checked(self.maps[0], (self.params.view(start.clone()), batch), "inner", MODULE_SIGNATURE)
+            try:
+                if self.params is None:
+                    out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
+                else:  # the user's map, so that a wrong signature is reported as such
+                    view = self.params.view(start.clone())
+                    out = call_checked(self.maps[0], (view, batch), "inner", MODULE_SIGNATURE)
+            except RuntimeError as exc:
+                if "dtype" not in str(exc):
+                    raise
+                # The variable is cast to the problem's dtype; data of another dtype fail inside torch.
+                raise ModelError(
+                    f"inner(x, batch) failed at x0 while building the problem: {exc}. The variable is "
+                    f"{self._dtype} ({self._dtype_source or 'the default'}); build the map's data (and the "
+                    "module) in that dtype, or pass dtype= to match them"
+                ) from exc
         try:
             check_inner_output(out, self.n, where="at x0 while building the problem")
         except OracleError as exc:  # a malformed declaration, not a failure during a run

@@ -10,6 +10,7 @@ uses it for x, y and z; ``CompositeProblem`` for an ``x0`` that is a module or a
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from fullcomp.errors import DomainError, ModelError
+from fullcomp.errors import CheckpointError, DomainError, ModelError
 from fullcomp.sets.base import Set
 from fullcomp.sets.product import Product
 
@@ -58,10 +59,18 @@ class Params:
                         f"{name} is a module whose parameter {key!r} has dtype {p.dtype}; the variables must be "
                         f"floating-point: convert the module with {name}.float() or .double()"
                     )
+                if not p.requires_grad:
+                    # Refused rather than silently trained: the variable is every parameter of the module.
+                    raise ModelError(
+                        f"{name} is a module whose parameter {key!r} has requires_grad=False, but a module variable "
+                        "is all its parameters and fullcomp would train it: call requires_grad_(True) on it, or "
+                        f"pass {name} as a dict of the tensors to train and hold the frozen ones in the map"
+                    )
                 if not bool(torch.isfinite(p).all()):
                     raise ModelError(f"{name} has non-finite entries in parameter {key!r}; start from finite values")
             self.buffers = dict(value.named_buffers())
             self._cast_buffers: dict[tuple, dict[str, torch.Tensor]] = {}
+            warn_random_layers(value, name)
         elif isinstance(value, Mapping):
             self.kind = "dict"
             named = {}
@@ -256,10 +265,76 @@ def as_float_tensor(value: Any, name: str) -> torch.Tensor:
     return t
 
 
+#: Layers that draw from torch's global generator in training mode.
+RANDOM_LAYERS = (
+    torch.nn.Dropout,
+    torch.nn.Dropout1d,
+    torch.nn.Dropout2d,
+    torch.nn.Dropout3d,
+    torch.nn.AlphaDropout,
+    torch.nn.FeatureAlphaDropout,
+)
+
+
+def warn_random_layers(module: torch.nn.Module, name: str) -> None:
+    """A warning naming the module's dropout layers that draw in training mode: their masks come from torch's
+    global generator, not from the run's seed, so a run does not repeat and a resume is not exact."""
+    drawing = [
+        f"{key or type(sub).__name__} (p={sub.p})"
+        for key, sub in module.named_modules()
+        if isinstance(sub, RANDOM_LAYERS) and sub.training and sub.p > 0
+    ]
+    if drawing:
+        warnings.warn(
+            f"{name} has dropout in training mode: {', '.join(drawing)}. Its masks are drawn from torch's global "
+            "generator, not from the run's seed=, so the same seed gives different runs and a resume from a "
+            f"checkpoint is not exact; call {name}.eval() for a repeatable run, or torch.manual_seed(...) before "
+            "each run",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+class ModuleBuffers:
+    """A module variable's buffers (BatchNorm's running statistics, ...) as a run's component: evaluations in
+    training mode update them, so a checkpoint (and a Stepper's state_dict) holds them and a resume restores
+    them."""
+
+    def __init__(self, params: Params):
+        self.params = params
+
+    def _live(self) -> list[dict[str, torch.Tensor]]:
+        """The buffers the evaluations update: the module's, and the cast copies the map reads at another dtype."""
+        return [self.params.buffers, *self.params._cast_buffers.values()]
+
+    def state_dict(self) -> dict:
+        cast = list(self.params._cast_buffers.values())
+        live = cast[-1] if cast else self.params.buffers
+        return {key: b.detach().cpu().clone() for key, b in live.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = sorted(set(self.params.buffers) - set(state or {}))
+        if missing:
+            raise CheckpointError(
+                f"the saved state has no buffer {', '.join(map(repr, missing))} of {self.params.name}'s module; it "
+                "was saved for another module"
+            )
+        for key, b in self.params.buffers.items():  # all checked before any is set
+            if not isinstance(state[key], torch.Tensor) or tuple(state[key].shape) != tuple(b.shape):
+                raise CheckpointError(
+                    f"the saved buffer {key!r} of {self.params.name}'s module does not have the module's shape "
+                    f"{tuple(b.shape)}; it was saved for another module"
+                )
+        with torch.no_grad():
+            for buffers in self._live():
+                for key, b in buffers.items():
+                    b.copy_(state[key].to(device=b.device, dtype=b.dtype))
+
+
 def cast_like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if t.is_floating_point():
         return t.to(device=like.device, dtype=like.dtype)
     return t.to(device=like.device)
 
 
-__all__ = ["Bound", "Params", "as_float_tensor", "cast_like"]
+__all__ = ["Bound", "ModuleBuffers", "Params", "as_float_tensor", "cast_like", "warn_random_layers"]

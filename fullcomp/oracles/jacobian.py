@@ -21,7 +21,7 @@ from fullcomp.autodiff import (
     check_touched,
     jacobian,
 )
-from fullcomp.errors import OracleError
+from fullcomp.errors import FullcompError, OracleError
 
 #: How the ranks' Jacobians are averaged: "all" by one dense all-reduce; "touched" by sending only the columns
 #: some rank's batch touched (a map reading many entries); "own" not at all, since on sharded entries the other
@@ -96,7 +96,7 @@ class InnerOracle:
             x_flat = x_flat.index_select(0, index)
         try:
             value, jac, self._batched = jacobian(lambda x: self._both(x, batch)[0], x_flat, self._batched)
-        except OracleError:
+        except FullcompError:  # already named by fullcomp (fc.optim's closure checks): not an autodiff failure
             raise
         except (RuntimeError, MemoryError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and OUT_OF_MEMORY.search(str(exc))):
