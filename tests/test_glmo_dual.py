@@ -11,6 +11,7 @@ import torch
 
 import fullcomp as fc
 from fullcomp.errors import ModelError
+from fullcomp.sets.atoms import DenseAtom, Entries
 
 RISKS: dict[str, Callable[[cp.Expression], cp.Expression]] = {
     "max": cp.max,
@@ -152,7 +153,7 @@ def test_hmsfw_by_the_dual_route_follows_column_generations_trajectory() -> None
             glmo=route,
             glmo_tol=1e-10,
             progress=False,
-            callback=lambda it: seen.append(it.x.detach().double().numpy().reshape(-1).copy()),
+            callback=lambda it, seen=seen: seen.append(it.x.detach().double().numpy().reshape(-1).copy()),
         )
         assert res.info["glmo_route"] == route
         runs[route] = (np.stack(seen), res.history)
@@ -171,8 +172,8 @@ def test_on_entries_it_is_column_generation() -> None:
     domain, z, V, y = instance(2)
     F = cp.max(fc.inner_value(len(z)))
     dual = fc.build_glmo(F, domain)
-    entries = fc.Entries.all(domain.shape)
-    start = fc.sets.atoms.DenseAtom(y.reshape(domain.shape))
+    entries = Entries.all(domain.shape)
+    start = DenseAtom(y.reshape(domain.shape))
     a = dual.solve(z, V, y, tol=1e-9, entries=entries, start=start)
     b = fc.build_glmo(F, domain, route="colgen").solve(z, V, y, tol=1e-9, entries=entries, start=start)
     assert a.value == pytest.approx(b.value, abs=1e-12) and a.calls == b.calls
