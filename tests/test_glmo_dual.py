@@ -11,6 +11,7 @@ import torch
 
 import fullcomp as fc
 from fullcomp.errors import ModelError
+from fullcomp.glmo.dual import DualBallGLMO
 from fullcomp.sets.atoms import DenseAtom, Entries
 
 RISKS: dict[str, Callable[[cp.Expression], cp.Expression]] = {
@@ -120,10 +121,11 @@ def test_it_agrees_with_column_generation_within_the_certificates() -> None:
     assert abs(a.value - b.value) <= a.gap_bound + b.gap_bound + 1e-8 * max(1.0, abs(a.value))
 
 
-def balls_problem() -> fc.CompositeProblem:
+def balls_problem(dtype: torch.dtype = torch.float64) -> fc.CompositeProblem:
     """max of four softplus group losses of a 2-layer map over one l2 ball per layer; noisy samples."""
     gen = torch.Generator().manual_seed(0)
     A, B = torch.randn(4, 6, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)
+    A, B = A.to(dtype), B.to(dtype)
     domain = fc.Product({"w": fc.L2Ball(6, 1.5), "b": fc.L2Ball(4, 0.5)})
 
     def inner(x, noise):
@@ -131,7 +133,7 @@ def balls_problem() -> fc.CompositeProblem:
         return torch.nn.functional.softplus(A @ w + b - 0.5 * (B @ w)) + noise
 
     def sampler(gen):
-        return 0.05 * torch.randn(4, generator=gen, dtype=torch.float64)
+        return (0.05 * torch.randn(4, generator=gen, dtype=torch.float64)).to(dtype)
 
     return fc.CompositeProblem(outer=cp.max(fc.inner_value(4)), inner=inner, domain=domain, sampler=sampler)
 
@@ -178,3 +180,30 @@ def test_on_entries_it_is_column_generation() -> None:
     b = fc.build_glmo(F, domain, route="colgen").solve(z, V, y, tol=1e-9, entries=entries, start=start)
     assert a.value == pytest.approx(b.value, abs=1e-12) and a.calls == b.calls
     assert dual.state_dict()["colgen"] is not None
+
+
+def test_hmsfw_hands_the_dual_route_the_tracked_float32_jacobian_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No float64 copy of V or y on the way in, and the point comes back in the run's dtype."""
+    seen = []
+    solve = DualBallGLMO._solve
+
+    def spy(self, z, V, y, request):
+        seen.append((type(V), V.dtype, type(y), y.dtype))
+        return solve(self, z, V, y, request)
+
+    monkeypatch.setattr(DualBallGLMO, "_solve", spy)
+    res = fc.solve(balls_problem(torch.float32), "hmsfw", iters=4, seed=0, dtype=torch.float32, progress=False)
+    assert res.info["glmo_route"] == "dual" and len(seen) >= 4
+    assert set(seen) == {(torch.Tensor, torch.float32, torch.Tensor, torch.float32)}
+    assert res.x.dtype == torch.float32 and balls_problem().domain.contains(res.x.double().numpy(), tol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_dual_route_gives_the_cpu_answer_on_the_device() -> None:
+    domain, z, V, y = instance(3)
+    glmo = fc.build_glmo(cp.max(fc.inner_value(len(z))), domain)
+    cpu = glmo.solve(z, torch.tensor(V), torch.tensor(y))
+    gpu = glmo.solve(z, torch.tensor(V, device="cuda"), torch.tensor(y, device="cuda"))
+    assert gpu.x.device.type == "cuda" and gpu.x.dtype == torch.float64
+    assert abs(gpu.value - cpu.value) <= 1e-8 * max(1.0, abs(cpu.value))
+    assert torch.allclose(gpu.x.cpu(), cpu.x, rtol=0, atol=1e-6)
