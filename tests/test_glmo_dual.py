@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fullcomp as fc
-from fullcomp.errors import ModelError
+from fullcomp.errors import ModelError, SolverError
 from fullcomp.glmo.dual import DualBallGLMO
 from fullcomp.sets.atoms import DenseAtom, Entries
 
@@ -207,3 +207,16 @@ def test_on_cuda_the_dual_route_gives_the_cpu_answer_on_the_device() -> None:
     assert gpu.x.device.type == "cuda" and gpu.x.dtype == torch.float64
     assert abs(gpu.value - cpu.value) <= 1e-8 * max(1.0, abs(cpu.value))
     assert torch.allclose(gpu.x.cpu(), cpu.x, rtol=0, atol=1e-6)
+
+
+def test_where_clarabel_fails_column_generation_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    domain, z, V, y = instance(4)
+    glmo = fc.build_glmo(cp.max(fc.inner_value(len(z))), domain)
+
+    def fails(*args):
+        raise SolverError("Clarabel reports MaxIterations")
+
+    monkeypatch.setattr(glmo, "_solve_program", fails)
+    res = glmo.solve(z, V, y, tol=1e-9)
+    optimum = cvxpy_optimum(cp.max, domain, z, V, y)
+    assert res.calls > 1 and abs(res.value - optimum) <= 1e-6 * max(1.0, abs(optimum))

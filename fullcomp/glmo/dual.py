@@ -60,7 +60,7 @@ class DualBallGLMO(GLMO):
     and on its device (a torch V stays a torch V: its x comes back as a tensor of V's dtype and device), solves
     the program in (v_1, .., v_k) and F's conic variables with Clarabel directly (F's conic form read once, as
     column generation's master reads it), and makes one pass for x.  On ``entries`` (a model reading some of
-    x's entries) the call goes to column generation, which prices the product's LMO there.
+    x's entries), or where Clarabel does not solve the program, the call goes to column generation.
 
     The certificate: ``gap_bound`` = F(c + V x) less a lower bound on the optimum from the dual point q.  For
     F = ``cp.max(u)``, q is projected on the simplex and the bound is the dual value q.c - sum r_b ||V_b^T q||,
@@ -100,7 +100,7 @@ class DualBallGLMO(GLMO):
     def _solve(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
         tol, max_calls, entries, start, revision, track = request
         if entries is not None:
-            return self._on_entries(z, V, y, request)
+            return self._by_colgen(z, V, y, request)
         n, size = self.outer.n, self.domain.size
         tensor = isinstance(V, torch.Tensor)
         Vt = _as_tensor(V)
@@ -119,7 +119,10 @@ class DualBallGLMO(GLMO):
         if not (np.isfinite(c).all() and all(np.isfinite(G).all() for G in grams)):
             check_finite(z, *(a.detach().cpu().double().numpy() for a in (Vt, yt)))
         factors = [_factor(G) for G in grams]
-        v, q, u_solver = self._solve_program(c, factors)
+        try:
+            v, q, u_solver = self._solve_program(c, factors)
+        except SolverError:  # Clarabel alone failed: column generation's master also tries SCS through CVXPY
+            return self._by_colgen(z, V, y, request)
         coefficients, norms = self._recover(q, v, grams, factors, RANK_TOL.get(Vt.dtype, RANK_TOL_LOW))
         image = sum(G @ a for G, a in zip(grams, coefficients))
         value = self.outer.value(c + image)
@@ -260,8 +263,9 @@ class DualBallGLMO(GLMO):
 
     # ---- entries, state ---------------------------------------------------------------------------------------
 
-    def _on_entries(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
-        """A model on some entries of x: column generation's call (the Gram trick needs every column of a block)."""
+    def _by_colgen(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
+        """Column generation's call: for a model on some entries of x (the Gram matrices need every column of a
+        block), or where Clarabel did not solve the program."""
         if self._colgen is None:
             self._colgen = ColumnGenerationGLMO(self.outer, self.domain, pool=self.pool, device=self.device)
             if self._colgen_state is not None:
