@@ -104,9 +104,10 @@ class DualBallGLMO(GLMO):
         n, size = self.outer.n, self.domain.size
         tensor = isinstance(V, torch.Tensor)
         Vt = _as_tensor(V)
-        if not Vt.is_floating_point():
-            Vt = Vt.double()
-        yt = _as_tensor(y).to(Vt.dtype).reshape(-1)
+        dtype = Vt.dtype if Vt.is_floating_point() else torch.float64
+        if Vt.dtype != dtype or (Vt.device.type == "cpu" and dtype not in (torch.float32, torch.float64)):
+            Vt = Vt.to(torch.float32 if dtype in (torch.float16, torch.bfloat16) else torch.float64)  # numpy's types
+        yt = _as_tensor(y).to(device=Vt.device, dtype=Vt.dtype).reshape(-1)
         z = np.asarray(z.detach().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).reshape(-1)
         if z.shape != (n,) or yt.shape != (size,) or Vt.numel() != n * size:
             raise OptionError(
@@ -134,7 +135,8 @@ class DualBallGLMO(GLMO):
         if not tensor:
             x = x.cpu().numpy().reshape(self.domain.shape)
             return GLMOResult(x, value, gap, 1, [DenseAtom(x)], np.ones(1), converged=converged)
-        return GLMOResult(x.reshape(self.domain.shape), value, gap, 1, [], np.ones(0), converged=converged)
+        x = x.to(dtype).reshape(self.domain.shape)
+        return GLMOResult(x, value, gap, 1, [], np.ones(0), converged=converged)
 
     def _grams(self, V: torch.Tensor, y: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray]:
         """The blocks' Gram matrices V_b V_b^T and V y, in float64, from one pass over V in its dtype.
