@@ -220,3 +220,19 @@ def test_where_clarabel_fails_column_generation_answers(monkeypatch: pytest.Monk
     res = glmo.solve(z, V, y, tol=1e-9)
     optimum = cvxpy_optimum(cp.max, domain, z, V, y)
     assert res.calls > 1 and abs(res.value - optimum) <= 1e-6 * max(1.0, abs(optimum))
+
+
+def test_a_run_by_the_dual_route_resumes_from_its_checkpoint_exactly(tmp_path) -> None:
+    full = fc.hmsfw(balls_problem(), iters=12, seed=7, progress=False)
+    assert full.info["glmo_route"] == "dual"
+    checkpoint = fc.Checkpoint(tmp_path / "run.pt", every=4)
+
+    def interrupt(it):
+        if it.k == 9:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fc.hmsfw(balls_problem(), iters=12, seed=7, progress=False, checkpoint=checkpoint, callback=interrupt)
+    resumed = fc.hmsfw(balls_problem(), iters=12, seed=7, progress=False, checkpoint=checkpoint)
+    assert resumed.info["resumed_from"] > 0 and torch.equal(resumed.x, full.x)
+    assert np.array_equal(resumed.history.column("glmo_gap"), full.history.column("glmo_gap"))
