@@ -82,6 +82,8 @@ class DualBallGLMO(GLMO):
                 f"route='dual' needs an fc.L2Ball or an fc.Product of fc.L2Ball blocks, got {type(domain).__name__}"
                 "; use 'colgen' or 'auto'"
             )
+        if not isinstance(pool, (int, np.integer)) or pool < 1:  # column generation's, for calls on entries
+            raise OptionError(f"pool must be a positive int (atoms kept between calls), got {pool}")
         try:
             self.master = ConicMaster(outer)
         except (ImportError, AttributeError, KeyError, TypeError) as exc:
