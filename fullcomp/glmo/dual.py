@@ -163,7 +163,8 @@ class DualBallGLMO(GLMO):
         x = torch.empty(V.shape[1], dtype=V.dtype, device=V.device)
         if V.device.type != "cpu":
             for (s, _), a in zip(self.blocks, coefficients):
-                torch.matmul(torch.as_tensor(a, dtype=V.dtype, device=V.device), V[:, s], out=x[s])
+                # Not matmul(out=x[s]): a (m,) @ (m, d_b) product resizes its out to (1, d_b) first.
+                x[s] = torch.as_tensor(a, dtype=V.dtype, device=V.device) @ V[:, s]
             return x
         Vn, xn = V.numpy(), x.numpy()
         if self._spare.dtype != xn.dtype or self._spare.size < xn.size:
