@@ -11,7 +11,8 @@ import torch
 
 import fullcomp as fc
 from fullcomp.errors import ModelError, SolverError
-from fullcomp.glmo.dual import DualBallGLMO
+from fullcomp.glmo import dual as dual_module
+from fullcomp.glmo.dual import AUTO_OUTPUTS, DualBallGLMO
 from fullcomp.sets.atoms import DenseAtom, Entries
 
 RISKS: dict[str, Callable[[cp.Expression], cp.Expression]] = {
@@ -104,6 +105,9 @@ def test_the_route_is_chosen_for_products_of_l2_balls_only() -> None:
     assert fc.build_glmo(cp.max(u), fc.Product(fc.L2Ball(4, 1.0), fc.L1Ball(2, 1.0))).route == "colgen"
     assert fc.build_glmo(cp.max(u), fc.L1Ball(6, 1.0)).route == "colgen"
     assert fc.build_glmo(cp.sum(u), balls).route == "affine"  # an affine F is one LMO
+    many = fc.inner_value(AUTO_OUTPUTS + 1)  # the program grows as m^2 a block: column generation's master less
+    assert fc.build_glmo(cp.max(many), balls).route == "colgen"
+    assert fc.build_glmo(cp.max(many), balls, route="dual").route == "dual"
     reads_x = cp.max(u) + cp.sum_squares(balls.variable)
     assert fc.build_glmo(reads_x, balls).route == "conic"
     assert fc.build_glmo(cp.max(u), balls, route="colgen").route == "colgen"
@@ -236,3 +240,15 @@ def test_a_run_by_the_dual_route_resumes_from_its_checkpoint_exactly(tmp_path) -
     resumed = fc.hmsfw(balls_problem(), iters=12, seed=7, progress=False, checkpoint=checkpoint)
     assert resumed.info["resumed_from"] > 0 and torch.equal(resumed.x, full.x)
     assert np.array_equal(resumed.history.column("glmo_gap"), full.history.column("glmo_gap"))
+
+
+def test_where_cvxpy_lays_f_out_unreadably_auto_takes_column_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreadable(self, outer):
+        raise KeyError("var_id_to_col")
+
+    monkeypatch.setattr(dual_module.ConicMaster, "__init__", unreadable)
+    balls = fc.Product(fc.L2Ball(4, 1.0), fc.L2Ball(2, 2.0))
+    with pytest.warns(RuntimeWarning, match="cannot compile its master"):  # column generation's own fallback
+        assert fc.build_glmo(cp.max(fc.inner_value(3)), balls).route == "colgen"
+    with pytest.raises(ModelError, match="route='dual' cannot read F's conic form"):
+        fc.build_glmo(cp.max(fc.inner_value(3)), balls, route="dual")

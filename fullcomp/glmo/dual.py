@@ -40,6 +40,11 @@ from fullcomp.sets.product import Product
 RANK_TOL = {torch.float64: 1e-12, torch.float32: 1e-6}
 #: For V's other dtypes (float16, bfloat16).
 RANK_TOL_LOW = 1e-3
+#: ``build_glmo(route="auto")`` takes this route up to this many values of F.  The program's link is dense, k m^2
+#: entries: over 6 blocks it took 0.3 ms at m = 4, 6 ms at 32, 68 ms at 64 and 0.5-0.75 s at 128, where column
+#: generation's master has one column an atom; and the Gram pass's m^2 d products took 2-4 times one V^T q up
+#: to m = 64, 4 times at 128 (at d = 665,089).
+AUTO_OUTPUTS = 32
 
 
 def ball_blocks(domain: Set) -> list[tuple[slice, float]] | None:
