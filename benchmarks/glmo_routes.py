@@ -11,6 +11,14 @@ whichever is larger, since a bound tighter than that is solver noise).
 
     python benchmarks/glmo_routes.py                 # 50 x 80: the SDP takes minutes
     python benchmarks/glmo_routes.py --shape 12x20   # seconds
+
+``--balls`` times instead the dual route against column generation on the GLMO of a network's update: F =
+``cp.max`` of 4 group losses over one l2 ball per layer of the 784-512-512-1 MLP (665,089 weights), V a float32
+Jacobian that moves as a tracker's does (V_k = 0.9 V_{k-1} + 0.1 J_k), both routes called in turn on the
+same V_k (interleaved) at the tolerance hmsfw asks at update k, column generation from V as hmsfw hands it
+(float64), the dual route from the float32 tensor:
+
+    python benchmarks/glmo_routes.py --balls         # seconds
 """
 
 from __future__ import annotations
@@ -44,6 +52,52 @@ def instance(shape: tuple[int, int], groups: int, seed: int) -> tuple[np.ndarray
     return z, V, Y
 
 
+#: The parameters of the 784-512-512-1 MLP, in its layers' order: weight and bias of each linear layer.
+MLP_BLOCKS = (784 * 512, 512, 512 * 512, 512, 512, 1)
+
+
+def balls(steps: int, seed: int) -> None:
+    """The dual route against column generation on the MLP's product of l2 balls, interleaved (see the docstring)."""
+    import torch
+
+    rng = torch.Generator().manual_seed(seed)
+    groups, d = 4, sum(MLP_BLOCKS)
+    domain = fc.Product(*(fc.L2Ball(size, 0.5 + 0.5 * j) for j, size in enumerate(MLP_BLOCKS)))
+    F = cp.max(fc.inner_value(groups))
+    routes = {name: fc.build_glmo(F, domain, route=name) for name in ("dual", "colgen")}
+    shared = torch.randn(d, generator=rng) / d**0.5  # the group gradients share a direction, as a network's do
+    V = shared + torch.randn(groups, d, generator=rng) / d**0.5
+    y = torch.zeros(d)
+    z = torch.rand(groups, generator=rng).double() + 0.5
+    times: dict[str, list[float]] = {name: [] for name in routes}
+    calls, values = [], {name: [] for name in routes}
+    for k in range(steps):
+        tol = 0.01 * float(z.max()) * (k + 2) ** (-1 / 3)  # hmsfw's default GLMO tolerance
+        for name, glmo in routes.items():
+            start = time.perf_counter()
+            if name == "colgen":  # what hmsfw hands column generation: float64 copies of V and y
+                res = glmo.solve(z.numpy(), V.numpy().astype(np.float64), y.numpy().astype(np.float64), tol=tol)
+                calls.append(res.calls)
+            else:
+                res = glmo.solve(z.numpy(), V, y, tol=tol)
+            times[name].append(time.perf_counter() - start)
+            values[name].append((res.value, res.gap_bound))
+        x = torch.as_tensor(res.x, dtype=torch.float32).reshape(-1)
+        y = torch.lerp(y, x, 2.0 / (k + 2))
+        fresh = shared + torch.randn(groups, d, generator=rng) / d**0.5
+        V = 0.9 * V + 0.1 * fresh
+        z = 0.9 * z + 0.1 * (torch.rand(groups, generator=rng).double() + 0.5)
+    print(f"GLMO: max of {groups} group models over {len(MLP_BLOCKS)} l2 balls, {d:,} float32 weights, {steps} updates")
+    ms = {name: 1e3 * float(np.median(t[1:])) for name, t in times.items()}  # the first call compiles
+    for name in routes:
+        print(f"{name:7s} {ms[name]:8.2f} ms per GLMO (median of updates 1..{steps - 1})")
+    print(f"column generation's pricing calls per GLMO: {np.mean(calls[1:]):.1f}")
+    worst = max(abs(a[0] - b[0]) - a[1] - b[1] for a, b in zip(values["dual"], values["colgen"]))
+    # The dual route rounds its Gram matrices in float32 (about 1e-6 of the value), column generation in float64.
+    print(f"values agree within the certified gaps (+1e-6 relative): {worst <= 1e-6 * max(1.0, abs(res.value))}")
+    print(f"colgen / dual = {ms['colgen'] / ms['dual']:.1f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", type=shape_arg, default=(50, 80), help="matrix shape PxQ (default 50x80)")
@@ -53,7 +107,11 @@ def main(argv: list[str] | None = None) -> None:
         "--rel-tol", type=float, default=1e-9, help="floor of the common tolerance, relative (default 1e-9)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--balls", action="store_true", help="dual route vs column generation on an MLP's l2 balls")
+    parser.add_argument("--steps", type=int, default=12, help="updates timed with --balls (default 12)")
     args = parser.parse_args(argv)
+    if args.balls:
+        return balls(max(2, args.steps), args.seed)
     if args.groups < 1 or not args.radius > 0 or not args.rel_tol > 0:
         parser.error("--groups must be >= 1 and --radius, --rel-tol > 0")
 

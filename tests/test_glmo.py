@@ -18,6 +18,7 @@ import torch
 import fullcomp as fc
 from fullcomp.glmo import ColumnGenerationGLMO, ConicGLMO
 from fullcomp.glmo.base import DEFAULT_REL_TOL
+from fullcomp.glmo.dual import ball_blocks
 
 # ---- independent formulations of the outer functions ---------------------------------------------
 
@@ -160,14 +161,15 @@ def test_glmo_routes_match_cvxpy(index):
     ref = reference(X, kind, p, n, c, V)
     affine = F.is_affine()  # CVaR at alpha = 1 is the mean: the GLMO is one LMO
     routes = ["conic", "colgen"] if X.cheap_lmo else ["conic"]
-    for route in routes + (["affine"] if affine else []):
+    balls = ball_blocks(X) is not None  # an l2 ball or a product of them: the dual route's sets
+    for route in routes + (["affine"] if affine else []) + (["dual"] if balls else []):
         glmo = fc.build_glmo(F, X, route=route)
         assert glmo.route == route
         res = glmo.solve(z, V, y)
         check_answer(res, X, kind, p, c, V, ref, route)
         assert res.calls >= 1
     auto = fc.build_glmo(F, X)
-    assert auto.route == ("affine" if affine else "colgen" if X.cheap_lmo else "conic")
+    assert auto.route == ("affine" if affine else "dual" if balls else "colgen" if X.cheap_lmo else "conic")
 
 
 # ---- the outer helpers ---------------------------------------------------------------------------

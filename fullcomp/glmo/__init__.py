@@ -9,18 +9,20 @@ from fullcomp.glmo.affine import AffineGLMO
 from fullcomp.glmo.base import GLMO, GLMOResult
 from fullcomp.glmo.colgen import ColumnGenerationGLMO
 from fullcomp.glmo.conic import ConicGLMO
+from fullcomp.glmo.dual import AUTO_OUTPUTS, DualBallGLMO, ball_blocks
 from fullcomp.model.composite import Outer
 from fullcomp.sets.base import Set
 
-ROUTES = ("auto", "affine", "conic", "colgen")
+ROUTES = ("auto", "affine", "conic", "colgen", "dual")
 
 
 def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30, device: Any = None) -> GLMO:
     """Build the GLMO ``min_{x in X} F(z + V (x - y), x)`` for an outer function and a set.
 
-    ``route="auto"`` takes one LMO when F is affine in the placeholder alone,
-    column generation when F reads only the placeholder and the set has a
-    cheap LMO, and the conic program otherwise.
+    ``route="auto"`` takes one LMO when F is affine in the placeholder alone; the dual route
+    (:class:`~fullcomp.glmo.dual.DualBallGLMO`) when F reads only the placeholder, has at most
+    ``dual.AUTO_OUTPUTS`` (32) values, and the set is an l2 ball or a product of l2 balls; column generation
+    when F reads only the placeholder and the set has a cheap LMO; and the conic program otherwise.
     ``outer`` is a CVXPY expression in ``fc.inner_value(n)`` (or an already
     validated :class:`~fullcomp.model.Outer`).  ``device``: the run's torch device, where column
     generation's LMO does its sparse products when it is a GPU (the rest of every route runs on the host).
@@ -33,6 +35,13 @@ def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30, dev
         raise ModelError("route='affine' needs an outer function affine in the placeholder alone; use 'auto'")
     if route == "affine" or (route == "auto" and outer.linear is not None):
         return AffineGLMO(outer, domain)
+    if route == "dual":
+        return DualBallGLMO(outer, domain, pool=pool, device=device)
+    if route == "auto" and not outer.depends_on_x and outer.n <= AUTO_OUTPUTS and ball_blocks(domain) is not None:
+        try:
+            return DualBallGLMO(outer, domain, pool=pool, device=device)
+        except ModelError:  # F's conic form is not readable from this CVXPY: column generation solves through it
+            pass
     colgen_ok = not outer.depends_on_x and domain.cheap_lmo
     if route == "colgen" and outer.depends_on_x:
         raise ModelError("route='colgen' needs an outer function of the placeholder only; use 'conic' or 'auto'")
@@ -41,4 +50,4 @@ def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30, dev
     return ConicGLMO(outer, domain)
 
 
-__all__ = ["build_glmo", "GLMO", "GLMOResult", "AffineGLMO", "ConicGLMO", "ColumnGenerationGLMO"]
+__all__ = ["build_glmo", "GLMO", "GLMOResult", "AffineGLMO", "ConicGLMO", "ColumnGenerationGLMO", "DualBallGLMO"]

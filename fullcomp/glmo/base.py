@@ -147,7 +147,7 @@ class GLMOResult:
     within the target, so a ``tol`` below the solver's accuracy reports False.
     """
 
-    x: np.ndarray
+    x: np.ndarray | torch.Tensor  # a tensor of V's dtype and device where the dual route was given a tensor V
     value: float
     gap_bound: float
     calls: int

@@ -1,0 +1,309 @@
+"""The GLMO over a product of l2 balls, solved in the m dimensions of F through the blocks' Gram matrices.
+
+For X = B_1 x ... x B_k, B_b the l2 ball of radius r_b on the entries of block b, and V_b the columns of V there,
+
+    min_{x in X} F(c + V x)  =  min_{||v_b|| <= r_b} F(c + sum_b L_b v_b),    L_b L_b^T = G_b = V_b V_b^T,
+
+because {V_b x_b : ||x_b|| <= r_b} is the ellipsoid {L_b v : ||v|| <= r_b}.  Its Lagrange dual is
+
+    max_{q in dom F*}  q.c - F*(q) - sum_b r_b sqrt(q^T G_b q),
+
+and a minimizer of the Lagrangian at q is x_b = -r_b V_b^T q / ||V_b^T q|| (unique where V_b^T q != 0).  So one
+pass over the weights gives the k Gram matrices G_b (m x m) and V y, a conic program in k m + |F's variables|
+numbers gives v and q, and one more pass gives x.  Nothing of the size of x is copied to float64.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from fullcomp import solvers
+from fullcomp.errors import ModelError, OptionError, SolverError
+from fullcomp.glmo.base import GLMO, GLMOResult, Request, check_finite, target_gap
+from fullcomp.glmo.colgen import ColumnGenerationGLMO
+from fullcomp.glmo.master import ConicMaster
+from fullcomp.model.calculus import is_plain_max
+from fullcomp.model.composite import Outer
+from fullcomp.sets.atoms import DenseAtom
+from fullcomp.sets.balls import L2Ball, project_simplex
+from fullcomp.sets.base import Set
+from fullcomp.sets.product import Product
+
+#: Eigenvalues of a block's Gram matrix below this fraction of its largest are taken as zero, by V's dtype: a
+#: Gram matrix rounded in float32 is known to about 1e-6 of its largest eigenvalue (7e-7 measured at 665,089
+#: columns), and the primal recovery divides by the square roots of those it keeps.
+RANK_TOL = {torch.float64: 1e-12, torch.float32: 1e-6}
+#: For V's other dtypes (float16, bfloat16).
+RANK_TOL_LOW = 1e-3
+#: ``build_glmo(route="auto")`` takes this route up to this many values of F.  The program's link is dense, k m^2
+#: entries: over 6 blocks it took 0.3 ms at m = 4, 6 ms at 32, 68 ms at 64 and 0.5-0.75 s at 128, where column
+#: generation's master has one column an atom; and the Gram pass's m^2 d products took 2-4 times one V^T q up
+#: to m = 64, 4 times at 128 (at d = 665,089).
+AUTO_OUTPUTS = 32
+
+
+def ball_blocks(domain: Set) -> list[tuple[slice, float]] | None:
+    """(the block's slice of the flat x, its radius) for each l2 ball of an ``L2Ball`` or a ``Product`` of
+    them; None for any other set.  Only l2 balls: an l1 or linf block's dual norm ||V_b^T q||_inf or _1 is no
+    function of G_b, so it would cost a pass over the weights for every evaluation of the dual."""
+    if type(domain) is L2Ball:
+        return [(slice(0, domain.size), float(domain.radius))]
+    if type(domain) is Product and all(type(b) is L2Ball for b in domain.blocks):
+        return [(s, float(b.radius)) for s, b in zip(domain.slices, domain.blocks)]
+    return None
+
+
+class DualBallGLMO(GLMO):
+    """min_{x in X} F(c + V x) for X a product of l2 balls (or one l2 ball), through F's m-dimensional dual.
+
+    ``route = "dual"``.  A call makes one pass over V for the blocks' Gram matrices and V y, in V's own dtype
+    and on its device (a torch V stays a torch V: its x comes back as a tensor of V's dtype and device), solves
+    the program in (v_1, .., v_k) and F's conic variables with Clarabel directly (F's conic form read once, as
+    column generation's master reads it), and makes one pass for x.  On ``entries`` (a model reading some of
+    x's entries), or where Clarabel does not solve the program, the call goes to column generation.
+
+    The certificate: ``gap_bound`` = F(c + V x) less a lower bound on the optimum from the dual point q.  For
+    F = ``cp.max(u)``, q is projected on the simplex and the bound is the dual value q.c - sum r_b ||V_b^T q||,
+    sure for any such q; for any other F it is F(u') + q.(c - u') - sum r_b ||V_b^T q|| at the solver's own
+    u', a bound wherever q is a subgradient of F at u' (to the solver's accuracy, as column generation's).
+    Both are computed from the Gram matrices, which hold V's rounding (float32 for a float32 tracker).
+    """
+
+    route = "dual"
+    #: hmsfw passes the tracked V and y as they are (no float64 copy): this route reads tensors.
+    takes_tensors = True
+
+    def __init__(self, outer: Outer, domain: Set, pool: int = 30, device: torch.device | str | None = None):
+        if outer.depends_on_x:
+            raise ModelError("route='dual' needs an outer function of the placeholder only; use 'conic' or 'auto'")
+        blocks = ball_blocks(domain)
+        if blocks is None:
+            raise ModelError(
+                f"route='dual' needs an fc.L2Ball or an fc.Product of fc.L2Ball blocks, got {type(domain).__name__}"
+                "; use 'colgen' or 'auto'"
+            )
+        if not isinstance(pool, (int, np.integer)) or pool < 1:  # column generation's, for calls on entries
+            raise OptionError(f"pool must be a positive int (atoms kept between calls), got {pool}")
+        try:
+            self.master = ConicMaster(outer)
+        except (ImportError, AttributeError, KeyError, TypeError) as exc:
+            raise ModelError(f"route='dual' cannot read F's conic form from CVXPY ({exc}); use 'colgen'") from exc
+        self.outer, self.domain, self.blocks = outer, domain, blocks
+        self.plain_max = is_plain_max(outer)
+        self.pool, self.device = pool, device
+        self._colgen: ColumnGenerationGLMO | None = None  # the route on entries, built when first asked
+        self._colgen_state: dict | None = None
+        self.q = np.full(outer.n, 1.0 / outer.n)  # the last dual point (F's weights), for inspection
+        self._structure: tuple | None = None  # the program's fixed parts, see _program
+        self._spare = np.empty(0)  # a block's width of V's dtype, for the point's products
+
+    # ---- one call -------------------------------------------------------------------------------------------
+
+    def _solve(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
+        tol, max_calls, entries, start, revision, track = request
+        if entries is not None:
+            return self._by_colgen(z, V, y, request)
+        n, size = self.outer.n, self.domain.size
+        tensor = isinstance(V, torch.Tensor)
+        Vt = _as_tensor(V)
+        dtype = Vt.dtype if Vt.is_floating_point() else torch.float64
+        if Vt.dtype != dtype or (Vt.device.type == "cpu" and dtype not in (torch.float32, torch.float64)):
+            Vt = Vt.to(torch.float32 if dtype in (torch.float16, torch.bfloat16) else torch.float64)  # numpy's types
+        yt = _as_tensor(y).to(device=Vt.device, dtype=Vt.dtype).reshape(-1)
+        z = np.asarray(z.detach().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).reshape(-1)
+        if z.shape != (n,) or yt.shape != (size,) or Vt.numel() != n * size:
+            raise OptionError(
+                f"GLMO inputs must be z of size {n}, V of size {n}x{size}, y of size {size}; "
+                f"got z {z.shape}, V {tuple(Vt.shape)}, y {tuple(yt.shape)}"
+            )
+        Vt = Vt.reshape(n, size)
+        grams, Vy = self._grams(Vt, yt)
+        c = z - Vy
+        if not (np.isfinite(c).all() and all(np.isfinite(G).all() for G in grams)):
+            check_finite(z, *(a.detach().cpu().double().numpy() for a in (Vt, yt)))
+        factors = [_factor(G) for G in grams]
+        try:
+            v, q, u_solver = self._solve_program(c, factors)
+        except SolverError:  # Clarabel alone failed: column generation's master also tries SCS through CVXPY
+            return self._by_colgen(z, V, y, request)
+        coefficients, norms = self._recover(q, v, grams, factors, RANK_TOL.get(Vt.dtype, RANK_TOL_LOW))
+        image = sum(G @ a for G, a in zip(grams, coefficients))
+        value = self.outer.value(c + image)
+        lower = self._lower_bound(q, c, norms, u_solver, grams)
+        gap = max(value - lower, 0.0)
+        x = self._point(Vt, coefficients)
+        self.q = q
+        converged = bool(gap <= target_gap(tol, value))
+        if not tensor:
+            x = x.cpu().numpy().reshape(self.domain.shape)
+            return GLMOResult(x, value, gap, 1, [DenseAtom(x)], np.ones(1), converged=converged)
+        x = x.to(dtype).reshape(self.domain.shape)
+        return GLMOResult(x, value, gap, 1, [], np.ones(0), converged=converged)
+
+    def _grams(self, V: torch.Tensor, y: torch.Tensor) -> tuple[list[np.ndarray], np.ndarray]:
+        """The blocks' Gram matrices V_b V_b^T and V y, in float64, from one pass over V in its dtype.
+
+        On the CPU numpy's gemm does the Gram matrices: torch's (4, d) @ (d, 4) took 15-36 ms at d = 665,089
+        against numpy's 1.5-3 ms; V y is one dot product a row, as numpy's V @ y took 1-13 ms against 1 ms.
+        The products round in V's dtype (7e-7 relative in float32 there); a float64 copy of the pass would
+        double its time."""
+        if V.device.type == "cpu":
+            Vn, yn = V.numpy(), y.numpy()
+            grams = [np.asarray(Vn[:, s] @ Vn[:, s].T, dtype=np.float64) for s, _ in self.blocks]
+            return grams, np.array([float(np.dot(row, yn)) for row in Vn])
+        grams = torch.stack([V[:, s] @ V[:, s].T for s, _ in self.blocks])
+        together = torch.cat([grams.reshape(-1), V @ y]).double().cpu().numpy()  # one transfer to the host
+        m, k = V.shape[0], len(self.blocks)
+        return list(together[: k * m * m].reshape(k, m, m)), together[k * m * m :]
+
+    def _point(self, V: torch.Tensor, coefficients: list[np.ndarray]) -> torch.Tensor:
+        """x_b = V_b^T a_b for every block: one pass over V, in its dtype and on its device.
+
+        On the CPU as m scaled rows added up: numpy's (4,) @ (4, 401,920) took 13-16 ms, the rows 1.3 ms."""
+        x = torch.empty(V.shape[1], dtype=V.dtype, device=V.device)
+        if V.device.type != "cpu":
+            for (s, _), a in zip(self.blocks, coefficients):
+                # Not matmul(out=x[s]): a (m,) @ (m, d_b) product resizes its out to (1, d_b) first.
+                x[s] = torch.as_tensor(a, dtype=V.dtype, device=V.device) @ V[:, s]
+            return x
+        Vn, xn = V.numpy(), x.numpy()
+        if self._spare.dtype != xn.dtype or self._spare.size < xn.size:
+            self._spare = np.empty(xn.size, dtype=xn.dtype)  # kept: a fresh one page-faults at every call
+        for (s, _), a in zip(self.blocks, coefficients):
+            a, part = a.astype(xn.dtype), xn[s]
+            np.multiply(Vn[0, s], a[0], out=part)
+            for i in range(1, len(a)):
+                part += np.multiply(Vn[i, s], a[i], out=self._spare[: part.size])
+        return x
+
+    # ---- the m-dimensional program ----------------------------------------------------------------------------
+
+    def _solve_program(
+        self, c: np.ndarray, factors: list[tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """(v_b for each block, the dual q, the solver's u) of min F(u) s.t. u = c + sum L_b v_b, ||v_b|| <= r_b.
+
+        Variables (v_1..v_k, F's v_F); rows: the link u(v_F) - sum L_b v_b = c (zero cone, dual -q), for each
+        block (r_b, v_b) in the second-order cone, then F's own cones.  Only the link's L_b change between calls:
+        they are written into the values of a matrix built once (building it took 1 of 1.3 ms a call)."""
+        master, n, k = self.master, self.outer.n, len(self.blocks)
+        A, head, P, b_fixed, q_obj, cones, settings = self._program()
+        L = np.hstack([E * np.sqrt(lam) for lam, E in factors])  # (n, k n): column j of v's link entries
+        head[:, :n] = -L.T
+        b = np.concatenate([c, b_fixed])
+        solution = master._clarabel.DefaultSolver(P, q_obj, A, b, cones, settings).solve()
+        if str(solution.status) not in ("Solved", "AlmostSolved"):
+            raise SolverError(f"the dual GLMO's program: Clarabel reports {solution.status}")
+        x, dual = np.asarray(solution.x), np.asarray(solution.z)
+        v = [x[j * n : (j + 1) * n] for j in range(k)]
+        return v, -dual[:n], master._select_u @ x[k * n :]
+
+    def _program(self) -> tuple:
+        """(A, the view of A's values holding the link's L entries, P, the right-hand side below the link, the
+        objective, the cones, Clarabel's settings), built on the first call.
+
+        v's columns come first, each with n link rows (stored even where L is zero, so the structure holds)
+        and its -1 in its block's cone; F's columns follow, its u picked in the link rows."""
+        if self._structure is None:
+            master, n, k = self.master, self.outer.n, len(self.blocks)
+            clarabel = master._clarabel
+            rows = n + k * (n + 1)  # the link, then the blocks' cones, then F's rows
+            j = np.arange(k * n)
+            cone_rows = n + (j // n) * (n + 1) + 1 + (j % n)
+            v_rows = np.column_stack([np.tile(np.arange(n), (k * n, 1)), cone_rows]).reshape(-1)
+            v_data = np.column_stack([np.zeros((k * n, n)), -np.ones(k * n)]).reshape(-1)
+            v_part = sp.csc_matrix((v_data, v_rows, np.arange(k * n + 1) * (n + 1)), shape=(rows + master.m_F, k * n))
+            F_part = sp.vstack([master._select_u, sp.csc_matrix((k * (n + 1), master.nv)), master._A_F], format="csc")
+            A = sp.hstack([v_part, F_part], format="csc")
+            A.sort_indices()
+            head = A.data[: k * n * (n + 1)].reshape(k * n, n + 1)  # a view: writing it writes A
+            size = k * n + master.nv
+            if master.P_F is None:
+                P = sp.csc_matrix((size, size))
+            else:
+                P = sp.block_diag([sp.csc_matrix((k * n, k * n)), sp.triu(master.P_F)], format="csc")
+            b_fixed = np.concatenate([*(np.eye(1, n + 1, 0)[0] * r for _, r in self.blocks), master.b_F])
+            q_obj = np.concatenate([np.zeros(k * n), master.c_F])
+            cones = [clarabel.ZeroConeT(n), *(clarabel.SecondOrderConeT(n + 1) for _ in range(k)), *master.cones_F]
+            settings = clarabel.DefaultSettings()
+            settings.verbose = False
+            for name, option in solvers.SOLVER_OPTIONS.get("CLARABEL", {}).items():
+                setattr(settings, name, option)
+            self._structure = (A, head, P, b_fixed, q_obj, cones, settings)
+        return self._structure
+
+    def _recover(
+        self, q: np.ndarray, v: list[np.ndarray], grams: list[np.ndarray], factors: list, rank_tol: float
+    ) -> tuple[list[np.ndarray], list[float]]:
+        """a_b with x_b = V_b^T a_b, and ||V_b^T q|| for each block.
+
+        x_b = U_b v_b with U_b = V_b^T E_b diag(lam_b)^(-1/2) orthonormal on G_b's range, so ||x_b|| = ||v_b||
+        and V_b x_b = L_b v_b: the solver's primal, accurate to its objective tolerance.  The Lagrangian's
+        minimizer -r_b V_b^T q / ||V_b^T q|| is the same point in exact arithmetic, but an interior-point dual
+        is accurate to about 1e-5 only (a GLMO gap of 2e-4 on a test instance), and undetermined where a ball
+        is not binding.  Directions with eigenvalues below ``rank_tol`` of the largest are dropped: V's
+        rounding does not resolve them, and their 1/sqrt(lam) would amplify it in x.  A point the solver left
+        a rounding outside its ball is scaled back in."""
+        coefficients, norms = [], []
+        for (_, r), G, (lam, E), vb in zip(self.blocks, grams, factors, v):
+            norms.append(math.sqrt(max(float(q @ G @ q), 0.0)))
+            keep = lam > rank_tol * float(lam.max()) if lam.size else lam > 0
+            a = E[:, keep] @ (vb[keep] / np.sqrt(lam[keep])) if keep.any() else np.zeros_like(q)
+            length = math.sqrt(max(float(a @ G @ a), 0.0))
+            if length > r:
+                a = a * (r / length)
+            coefficients.append(a)
+        return coefficients, norms
+
+    def _lower_bound(
+        self, q: np.ndarray, c: np.ndarray, norms: list[float], u_solver: np.ndarray, grams: list[np.ndarray]
+    ) -> float:
+        """A lower bound on the GLMO's optimum from the dual point q (see the class docstring)."""
+        radii = [r for _, r in self.blocks]
+        if self.plain_max:
+            # F* of max is 0 on the simplex, so any simplex point is dual feasible and its value a sure bound.
+            p = project_simplex(q)
+            return float(p @ c) - sum(r * math.sqrt(max(float(p @ G @ p), 0.0)) for r, G in zip(radii, grams))
+        return self.outer.value(u_solver) + float(q @ (c - u_solver)) - sum(r * t for r, t in zip(radii, norms))
+
+    # ---- entries, state ---------------------------------------------------------------------------------------
+
+    def _by_colgen(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
+        """Column generation's call: for a model on some entries of x (the Gram matrices need every column of a
+        block), or where Clarabel did not solve the program."""
+        if self._colgen is None:
+            self._colgen = ColumnGenerationGLMO(self.outer, self.domain, pool=self.pool, device=self.device)
+            if self._colgen_state is not None:
+                self._colgen.load_state_dict(self._colgen_state)
+        tol, max_calls, entries, start, revision, track = request
+        return self._colgen.solve(z, _host(V), _host(y), tol, max_calls, entries, start, revision, track)
+
+    def state_dict(self) -> dict:
+        colgen = self._colgen.state_dict() if self._colgen is not None else self._colgen_state
+        return {"q": self.q.copy(), "colgen": colgen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.q = np.array(state["q"])
+        self._colgen, self._colgen_state = None, state.get("colgen")
+
+
+def _factor(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(eigenvalues clipped at 0, eigenvectors) of a symmetric PSD G: L = E diag(sqrt(lam)) has L L^T = G."""
+    lam, E = np.linalg.eigh(0.5 * (G + G.T))
+    return np.clip(lam, 0.0, None), E
+
+
+def _as_tensor(a: Any) -> torch.Tensor:
+    """A tensor without a copy: numpy arrays are viewed."""
+    if isinstance(a, torch.Tensor):
+        return a.detach()
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _host(a: Any) -> Any:
+    return a.detach().cpu().double().numpy() if isinstance(a, torch.Tensor) else a
