@@ -259,17 +259,19 @@ def _backward(
 def _flat_rows(
     rows: list[tuple[torch.Tensor | None, ...] | None], inputs: tuple[torch.Tensor, ...], like: torch.Tensor
 ) -> torch.Tensor:
-    """The (m, sum of the inputs' sizes) Jacobian from each value's gradients (None: zeros)."""
+    """The (m, sum of the inputs' sizes) Jacobian from each value's gradients (None: zeros), each row written
+    once in place (no zero fill of the whole array, no stack of row copies: 4 x 665,089 entries a step)."""
     width = sum(x.numel() for x in inputs)
-    out = torch.zeros(len(rows), width, dtype=like.dtype, device=like.device)
+    out = torch.empty(len(rows), width, dtype=like.dtype, device=like.device)
     for g, grads in enumerate(rows):
         if grads is None:
+            out[g].zero_()
             continue
-        start = 0
-        for x, grad in zip(inputs, grads):
-            if grad is not None:
-                out[g, start : start + x.numel()] = grad.reshape(-1)
-            start += x.numel()
+        parts = [
+            torch.zeros(x.numel(), dtype=like.dtype, device=like.device) if grad is None else grad.reshape(-1)
+            for x, grad in zip(inputs, grads)
+        ]
+        torch.cat(parts, out=out[g])
     return out
 
 

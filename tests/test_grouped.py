@@ -255,7 +255,11 @@ def test_a_grouped_map_of_the_wrong_length_is_refused() -> None:
     batch = batches(1, 3)[0]
     with pytest.raises(ModelError, match=r"shape \(3,\).*fc.inner_value\(4\)"):
         fc.CompositeProblem(
-            cp.max(fc.inner_value(4)), lambda net, b: grouped(net, b, "parts"), domain, sampler=lambda g: batch, x0=model
+            cp.max(fc.inner_value(4)),
+            lambda net, b: grouped(net, b, "parts"),
+            domain,
+            sampler=lambda g: batch,
+            x0=model,
         )
     opt = fc.optim.HMSFW(model.parameters(), cp.max(fc.inner_value(4)), domain)
     with pytest.raises(FullcompError, match=r"\(3,\)"):
