@@ -37,7 +37,8 @@ def _write(params: list[torch.Tensor], v: torch.Tensor) -> None:
 class _ClosureMap(torch.autograd.Function):
     """Values of the closure as a function of the flat point v: the point is written into the parameters, the
     closure run, ``pick`` takes the 1-D tensor of values from its output, and their Jacobian is taken by one
-    backward pass per value, for the backward pass to hand on."""
+    backward pass per value, for the backward pass to hand on.  A closure returning ``fc.Grouped`` gives the
+    group means, their gradients taken by its groups (one pass per group's own sub-batch graph)."""
 
     @staticmethod
     def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor], pick: Callable) -> Any:
