@@ -133,9 +133,8 @@ def test_the_oracle_takes_the_per_group_maps_values_and_jacobian(network: str, f
 
 
 @pytest.mark.parametrize("network", NETWORKS)
-@pytest.mark.parametrize("form", FORMS)
-def test_hmsfw_closure_steps_see_the_per_group_maps_values_and_jacobian(network: str, form: str) -> None:
-    m = 4
+@pytest.mark.parametrize("form, m", [("rows", 4), ("rows", 6), ("parts", 4), ("parts", 6)])
+def test_hmsfw_closure_steps_see_the_per_group_maps_values_and_jacobian(network: str, form: str, m: int) -> None:
     model = NETWORKS[network]()
     domain = fc.layer_domains(model, "l2", factor=3.0)
     fc.make_feasible(model, domain)
