@@ -263,3 +263,22 @@ def test_a_grouped_map_of_the_wrong_length_is_refused() -> None:
     opt = fc.optim.HMSFW(model.parameters(), cp.max(fc.inner_value(4)), domain)
     with pytest.raises(FullcompError, match=r"\(3,\)"):
         opt.step(lambda: grouped(model, batch, "rows"))
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_deterministic_frank_wolfe_takes_the_per_group_maps_iterates(form: str) -> None:
+    # fw differentiates the map through its own oracle, on the full batch.
+    m = 3
+    batch = batches(1, m)[0]
+
+    def run(inner) -> torch.Tensor:
+        model = mlp()
+        domain = fc.layer_domains(model, "l2", factor=3.0)
+        fc.make_feasible(model, domain)
+        problem = fc.CompositeProblem(
+            cp.max(fc.inner_value(m)), inner, domain, sampler=lambda g: batch, x0=model, full_batch=batch
+        )
+        return torch.as_tensor(fc.solve(problem, "fw", iters=4, corrective="vanilla", progress=False).x).reshape(-1)
+
+    explicit = run(group_means)
+    assert torch.allclose(run(lambda net, b: grouped(net, b, form)), explicit, rtol=0, atol=1e-12)
