@@ -133,10 +133,6 @@ class Grouped:
         """Whether each group's losses come from its own sub-batch (one tensor per group)."""
         return self.parts is not None
 
-    @property
-    def device(self) -> torch.device:
-        return self.parts[0].device if self.parts is not None else self.losses.device
-
     def values(self) -> torch.Tensor:
         """The (m,) tensor of the group means, differentiable: what a map returning a tensor would return."""
         if self.parts is not None:

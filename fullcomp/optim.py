@@ -45,7 +45,7 @@ class _ClosureMap(torch.autograd.Function):
         _write(params, v)
         with torch.enable_grad():
             out = closure()
-            if isinstance(out, Grouped):  # its groups say which rows each value reads: cheaper gradients
+            if isinstance(out, Grouped) and pick is _inner_values:  # its groups say which rows each value reads
                 if not ctx.needs_input_grad[0]:
                     return out.values().detach().to(v.dtype)
                 value, jac, _ = grouped_jacobian(out, tuple(params))

@@ -282,3 +282,12 @@ def test_deterministic_frank_wolfe_takes_the_per_group_maps_iterates(form: str) 
 
     explicit = run(group_means)
     assert torch.allclose(run(lambda net, b: grouped(net, b, form)), explicit, rtol=0, atol=1e-12)
+
+
+def test_smag_refuses_a_grouped_closure() -> None:
+    # SMAG's closure returns phi (or phi and psi), one value: m group means would be taken for phi silently.
+    model = mlp()
+    opt = fc.optim.SMAG(model.parameters(), gamma=0.5, eta0=0.1, eta1=0.1)
+    batch = batches(1, 3)[0]
+    with pytest.raises(ModelError, match="SMAG's closure returns phi"):
+        opt.step(lambda: grouped(model, batch, "parts"))
