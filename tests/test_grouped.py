@@ -81,8 +81,8 @@ def grouped(net, batch, form: str) -> fc.Grouped:
     m = X.shape[0]
     if form == "parts":
         return fc.Grouped([row_losses(net, X[g], y[g]) for g in range(m)])
-    order = torch.randperm(m * PER_GROUP, generator=torch.Generator().manual_seed(5))
-    groups = torch.arange(m).repeat_interleave(PER_GROUP)[order]
+    order = torch.randperm(m * PER_GROUP, generator=torch.Generator().manual_seed(5)).to(X.device)
+    groups = torch.arange(m, device=X.device).repeat_interleave(PER_GROUP)[order]
     return fc.Grouped(row_losses(net, X.reshape(-1, 1, 4, 4)[order], y.reshape(-1)[order]), groups, m)
 
 
@@ -291,3 +291,22 @@ def test_smag_refuses_a_grouped_closure() -> None:
     batch = batches(1, 3)[0]
     with pytest.raises(ModelError, match="SMAG's closure returns phi"):
         opt.step(lambda: grouped(model, batch, "parts"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("form", FORMS)
+def test_the_cuda_run_takes_the_cpu_runs_iterates(form: str) -> None:
+    m = 4
+    data = batches(3, m)
+
+    def run(device: str) -> torch.Tensor:
+        model = cnn().to(device)
+        domain = fc.layer_domains(model, "l2", factor=3.0)
+        fc.make_feasible(model, domain)
+        opt = fc.optim.HMSFW(model.parameters(), cp.max(fc.inner_value(m)), domain)
+        for X, y in data:
+            batch = (X.to(device), y.to(device))
+            opt.step(lambda batch=batch: grouped(model, batch, form))
+        return flat_of(model).cpu()
+
+    assert torch.allclose(run("cuda"), run("cpu"), rtol=0, atol=1e-9)
