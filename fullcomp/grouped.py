@@ -29,6 +29,11 @@ from fullcomp.errors import ModelError, OracleError
 class Grouped:
     """The m inner values as group means of losses, with the groups declared so that their gradients are cheap.
 
+    The values are u_g = the mean of group g's losses: ``losses[g].mean()``, or the mean of ``losses[i]``
+    over the rows with ``groups[i] == g``.  A group without rows in the batch has no mean: that raises
+    :class:`fullcomp.errors.OracleError` naming it (draw batches that hold every group).  Malformed
+    arguments raise :class:`fullcomp.errors.ModelError` naming the argument.
+
     Parameters
     ----------
     losses : sequence of m tensors, or a 1-D tensor
@@ -40,11 +45,6 @@ class Grouped:
     m : int, optional
         The number of groups (the length of u); needed with ``groups``, and equal to ``len(losses)`` if given
         with one tensor per group.
-
-    The values are u_g = the mean of group g's losses: ``losses[g].mean()``, or the mean of ``losses[i]``
-    over the rows with ``groups[i] == g``.  A group without rows in the batch has no mean: that raises
-    :class:`fullcomp.errors.OracleError` naming it (draw batches that hold every group).  Malformed
-    arguments raise :class:`fullcomp.errors.ModelError` naming the argument.
     """
 
     __slots__ = ("losses", "groups", "m", "parts", "_weights")
