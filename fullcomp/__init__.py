@@ -19,6 +19,7 @@ from fullcomp.algorithms.smag import smag
 from fullcomp.algorithms.stepper import Stepper
 from fullcomp.algorithms.tracked import TrackedReadout
 from fullcomp.glmo import GLMOResult, build_glmo
+from fullcomp.grouped import Grouped
 from fullcomp.loaders import LoaderSampler
 from fullcomp.model import (
     CompositeProblem,
@@ -116,6 +117,7 @@ __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "Lp
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]
 __all__ += ["LoaderSampler"]
 __all__ += ["layer_domains", "make_feasible", "init_norms"]
+__all__ += ["Grouped"]
 
 #: Modules of the papers' protocols, which the fullcomp-lab package of this repository holds (``lab/``).
 _LAB_MODULES = {"noise": "fullcomp_lab.noise", "metrics": "fullcomp_lab.metrics", "experiments": "fullcomp_lab"}

@@ -25,6 +25,7 @@ import torch
 from torch.func import vmap
 
 from fullcomp.errors import ModelError, OracleError
+from fullcomp.grouped import Grouped
 from fullcomp.serial import encodable
 
 
@@ -156,6 +157,9 @@ def jacobian(
             return jacobian(fn, x, batched)
     point = x.detach().requires_grad_(True)
     out = fn(point)
+    if isinstance(out, Grouped):
+        value, jac, batched = grouped_jacobian(out, (point,), batched)
+        return value, jac, batched
     n = out.numel()
     if not out.requires_grad:  # a map constant in x (or one that detached it; the construction check catches that)
         return out, torch.zeros(n, point.numel(), dtype=out.dtype, device=out.device), batched
@@ -195,6 +199,80 @@ def _vmapped_rows(out: torch.Tensor, point: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(point) if row is None else row
 
     return vmap(vjp)(basis)
+
+
+def grouped_jacobian(
+    out: Grouped, inputs: tuple[torch.Tensor, ...], batched: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(the group means, their Jacobian in ``inputs`` flattened and concatenated (m, sum of sizes), whether the
+    rows were batched) of a :class:`~fullcomp.grouped.Grouped` output.
+
+    One loss tensor per group: one backward pass per group, each seeded at that group's mean alone, so it runs
+    through that group's sub-graph only and the m passes cost about one backward pass of the whole batch
+    (benchmarks/grouped_jacobian.py measures it).  Per-row losses with their group index share the batch's
+    graph, so each group's gradient is a pass over all of it: they are taken as a tensor of m values is
+    (:func:`jacobian`'s rule: one by one up to :data:`ROWS_BY_BACKWARD` groups, vmapped above).  The
+    gradients of an input a value does not depend on are zeros.
+    """
+    if out.by_sub_batch:
+        means = [part.mean() for part in out.parts]
+        rows = []
+        for g, mean in enumerate(means):
+            if not mean.requires_grad:
+                rows.append(None)
+                continue
+            # Retained: the groups' graphs may share nodes upstream (the parameters' views, a shared encoder).
+            rows.append(_backward(mean, inputs, retain=g + 1 < len(means)))
+        value = torch.stack([mean.detach() for mean in means])
+        return value, _flat_rows(rows, inputs, value), batched
+    values = out.values()
+    if not values.requires_grad:
+        return values.detach(), _flat_rows([None] * out.m, inputs, values), batched
+    if batched and out.m > ROWS_BY_BACKWARD:
+        try:
+            seeds = torch.eye(out.m, dtype=values.dtype, device=values.device)
+            grads = vmap(lambda seed: _backward(values, inputs, retain=True, seed=seed))(seeds)
+            flat = [
+                torch.zeros(out.m, x.numel(), dtype=values.dtype, device=values.device)
+                if g is None
+                else g.reshape(out.m, -1)
+                for x, g in zip(inputs, grads)
+            ]
+            return values.detach(), torch.cat(flat, dim=1), True
+        except Exception:  # noqa: BLE001  (vmap's refusals are RuntimeErrors, NotImplementedErrors, ...)
+            batched = False
+    flat_values = values.reshape(-1)
+    rows = [_backward(flat_values[g], inputs, retain=g + 1 < out.m) for g in range(out.m)]
+    return values.detach(), _flat_rows(rows, inputs, values), batched
+
+
+def _backward(
+    output: torch.Tensor, inputs: tuple[torch.Tensor, ...], retain: bool, seed: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, ...]:
+    """The engine's backward pass from ``output`` (seeded with ``seed``, default 1) to ``inputs``."""
+    seed = torch.ones_like(output) if seed is None else seed
+    if ENGINE is None:
+        return torch.autograd.grad(output, inputs, seed, retain_graph=retain, allow_unused=True)
+    return ENGINE((output,), (seed,), retain, False, inputs, True, accumulate_grad=False)
+
+
+def _flat_rows(
+    rows: list[tuple[torch.Tensor | None, ...] | None], inputs: tuple[torch.Tensor, ...], like: torch.Tensor
+) -> torch.Tensor:
+    """The (m, sum of the inputs' sizes) Jacobian from each value's gradients (None: zeros), each row written
+    once in place (no zero fill of the whole array, no stack of row copies: 4 x 665,089 entries a step)."""
+    width = sum(x.numel() for x in inputs)
+    out = torch.empty(len(rows), width, dtype=like.dtype, device=like.device)
+    for g, grads in enumerate(rows):
+        if grads is None:
+            out[g].zero_()
+            continue
+        parts = [
+            torch.zeros(x.numel(), dtype=like.dtype, device=like.device) if grad is None else grad.reshape(-1)
+            for x, grad in zip(inputs, grads)
+        ]
+        torch.cat(parts, out=out[g])
+    return out
 
 
 def _engine_run_backward() -> Callable | None:

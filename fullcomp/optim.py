@@ -24,7 +24,9 @@ import torch
 from fullcomp.algorithms.method import check_renamed, get
 from fullcomp.algorithms.stepper import Stepper
 from fullcomp.algorithms.tracked import TrackedReadout
+from fullcomp.autodiff import grouped_jacobian
 from fullcomp.errors import CheckpointError, FullcompError, ModelError, OptionError
+from fullcomp.grouped import Grouped
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.model.fingerprint import set_numbers
 from fullcomp.run.options import SHARED
@@ -46,13 +48,21 @@ def _write(params: list[torch.Tensor], v: torch.Tensor) -> None:
 class _ClosureMap(torch.autograd.Function):
     """Values of the closure as a function of the flat point v: the point is written into the parameters, the
     closure run, ``pick`` takes the 1-D tensor of values from its output, and their Jacobian is taken by one
-    backward pass per value, for the backward pass to hand on."""
+    backward pass per value, for the backward pass to hand on.  A closure returning ``fc.Grouped`` gives the
+    group means, their gradients taken by its groups (one pass per group's own sub-batch graph)."""
 
     @staticmethod
     def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor], pick: Callable) -> Any:
         _write(params, v)
         with torch.enable_grad():
-            out = pick(closure())
+            out = closure()
+            if isinstance(out, Grouped) and pick is _inner_values:  # its groups say which rows each value reads
+                if not ctx.needs_input_grad[0]:
+                    return out.values().detach().to(v.dtype)
+                value, jac, _ = grouped_jacobian(out, tuple(params))
+                ctx.save_for_backward(jac.to(v.dtype))
+                return value.to(v.dtype)
+            out = pick(out)
             if ctx.needs_input_grad[0]:
                 rows = []
                 for i in range(out.numel()):

@@ -131,13 +131,18 @@ class FrankWolfe:
         self.scale = 1.0  # the GLMO's tolerance is relative to |phi(x0)|, as hmsfw's
         if not smooth:
             self.solver = build_glmo(self.outer, self.domain, device=run.device)
-            self.oracle = InnerOracle(self.inner, self.outer.n, (self.domain.size,), run.device, run.dtype)
+            self.oracle = InnerOracle(self.declared, self.outer.n, (self.domain.size,), run.device, run.dtype)
             x0 = np.asarray(problem.x0, dtype=np.float64).reshape(-1)
             self.scale = abs(self.phi(self.tensor(x0), "at x0")) or 1.0
 
     def inner(self, x: torch.Tensor, batch: Any) -> torch.Tensor:
-        """f~ at a flat point, given the values it reads in the shape it reads them (the GLMO's oracle's map)."""
+        """f~ at a flat point, given the values it reads in the shape it reads them."""
         return self.problem.inner(self.entries.read(x).reshape(self.entries.shape), batch)
+
+    def declared(self, x: torch.Tensor, batch: Any) -> Any:
+        """The map as declared at a flat point (the GLMO's oracle's map): an ``fc.Grouped`` stays one, for the
+        oracle to take its gradients by its groups."""
+        return self.problem.inner_declared(self.entries.read(x).reshape(self.entries.shape), batch)
 
     def tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(a, dtype=self.dtype, device=self.device)

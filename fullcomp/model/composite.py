@@ -14,6 +14,7 @@ from cvxpy.transforms.partial_optimize import PartialProblem
 
 from fullcomp.autodiff import call_checked, check_directional_derivative, check_inner_output, check_touched
 from fullcomp.errors import DomainError, ModelError, OptionError, OracleError
+from fullcomp.grouped import values_of
 from fullcomp.model.calculus import solved_value
 from fullcomp.model.captured import captured, data_device, floating_dtypes
 from fullcomp.model.params import Params
@@ -164,6 +165,17 @@ def on_params(inner: Callable[[Any, Any], torch.Tensor], params: Params) -> Inne
     return inner_on_params
 
 
+def as_values(inner: InnerMap) -> InnerMap:
+    """The map giving the tensor of its values where the declared one returns ``fc.Grouped`` (the group
+    means); a tensor passes through as it is."""
+
+    @functools.wraps(inner)
+    def inner_values(x: Any, batch: Any) -> torch.Tensor:
+        return values_of(inner(x, batch))
+
+    return inner_values
+
+
 class CompositeProblem:
     """min over x in ``domain`` of F(f(x), x), with f(x) = E[inner(x, batch)].
 
@@ -295,6 +307,10 @@ class CompositeProblem:
         self.inner = inner if touches is None else on_reads(inner, touches)
         if self.params is not None:  # the map on the module (or dict) as a map on the flat vector
             self.inner = on_params(inner, self.params)
+        #: The map as declared, on the flat point: it may return ``fc.Grouped``, which the Jacobian oracle
+        #: differentiates group by group; ``inner`` gives the tensor of its values to everything else.
+        self.inner_declared = self.inner
+        self.inner = as_values(self.inner)
         self.sampler = sampler
         self.full_batch = full_batch
         given_x0 = x0
@@ -486,7 +502,7 @@ class CompositeProblem:
                     "module) in that dtype, or pass dtype= to match them"
                 ) from exc
         try:
-            check_inner_output(out, self.n, where="at x0 while building the problem")
+            check_inner_output(values_of(out), self.n, where="at x0 while building the problem")
         except OracleError as exc:  # a malformed declaration, not a failure during a run
             raise ModelError(str(exc)) from None
         if check_gradient:

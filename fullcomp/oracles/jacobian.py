@@ -22,6 +22,7 @@ from fullcomp.autodiff import (
     jacobian,
 )
 from fullcomp.errors import FullcompError, OracleError
+from fullcomp.grouped import Grouped
 
 #: How the ranks' Jacobians are averaged: "all" by one dense all-reduce; "touched" by sending only the columns
 #: some rank's batch touched (a map reading many entries); "own" not at all, since on sharded entries the other
@@ -63,7 +64,10 @@ class InnerOracle:
 
         def both(x_flat: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
             out = inner(x_flat if flat_is_shape else x_flat.reshape(shape), batch)
-            if not isinstance(out, torch.Tensor) or out.shape != (n,):
+            if isinstance(out, Grouped):  # differentiated by its groups (autodiff.grouped_jacobian)
+                if out.m != n:
+                    check_inner_output(out.values(), n, f"at iteration {self._k}")
+            elif not isinstance(out, torch.Tensor) or out.shape != (n,):
                 check_inner_output(out, n, f"at iteration {self._k}")
             return out, out
 

@@ -109,7 +109,7 @@ class TrackedModel:
         self.hessian_point = hessian_point
         self.entries = EntryMap(problem, device, layout)
         columns = "all" if problem.reads is None else "own" if problem.sharded else "touched"
-        inner = problem.inner if problem.touches is None else problem.inner_on_touched
+        inner = problem.inner_declared if problem.touches is None else problem.inner_on_touched
         self.oracle = InnerOracle(
             inner, problem.n, self.entries.shape, device, dtype, columns=columns, touches=problem.touches
         )
