@@ -292,7 +292,12 @@ class _SteppedOptimizer(torch.optim.Optimizer):
             except Exception as exc:  # the user's code: named as theirs, with its own traceback chained
                 raise ModelError(f"the closure raised {type(exc).__name__}: {exc}") from exc
             self._check_output(out)
-            tensors = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
+            if isinstance(out, Grouped):
+                tensors = list(out.parts) if out.by_sub_batch else [out.losses]
+            elif isinstance(out, torch.Tensor):
+                tensors = [out]
+            else:
+                tensors = [t for t in out if isinstance(t, torch.Tensor)]
             for t in tensors:
                 if not t.requires_grad:
                     raise ModelError(
