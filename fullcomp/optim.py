@@ -504,10 +504,11 @@ class CompositeOptimizer(_SteppedOptimizer):
         domain: Set | None = None,
         *,
         seed: int = 0,
+        lr: float = 1.0,
         **hyperparameters: Any,
     ):
         self._whole: Set | None = None
-        super().__init__(params, seed, hyperparameters, {"domain": None})
+        super().__init__(params, seed, {"lr": lr, **hyperparameters}, {"domain": None})
         if domain is not None:
             if any(group["domain"] is not None for group in self.param_groups):
                 raise OptionError("give domain= or a domain per param group, not both")
@@ -643,12 +644,13 @@ class SMAG(_SteppedOptimizer):
         *,
         psi: bool = False,
         seed: int = 0,
+        lr: float = 1.0,
         **hyperparameters: Any,
     ):
         if not isinstance(psi, bool):
             raise OptionError(f"psi must be True or False, got {psi!r}")
         self.psi = psi
-        super().__init__(params, seed, {"gamma": gamma, "eta0": eta0, "eta1": eta1, **hyperparameters}, {})
+        super().__init__(params, seed, {"gamma": gamma, "eta0": eta0, "eta1": eta1, "lr": lr, **hyperparameters}, {})
 
     def _signature(self) -> dict:
         return {"psi": self.psi}

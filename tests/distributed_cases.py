@@ -304,7 +304,8 @@ def flat(x) -> list[float]:
 
 
 def record(result) -> dict:
-    return {"x": flat(result.x), "rows": [{k: v for k, v in r.items() if k != "time"} for r in result.history]}
+    rows = [{k: v for k, v in r.items() if k != "time"} for r in result.history]
+    return {"x": flat(result.x), "rows": rows, "route": result.info.get("glmo_route")}
 
 
 def on_cuda(rank: int) -> fc.CompositeProblem:

@@ -97,10 +97,11 @@ def certified(a: dict, b: dict, name: str) -> None:
     trajectories part by the same amount, at a rate that depends on the CPU's rounding.  The bound is a
     hundredth of the largest gap either run certified, in every row's estimates, and a thousandth of the
     iterate's scale in x.  An exact GLMO (an affine F: gap 0) leaves the rounding itself, 10^4 units in the
-    last place.
+    last place.  The dual route's small conic program is solved to its solver's tolerance, which its
+    certified gap (exact for cp.max) can undercut by more than a hundredth: its answers agree within the gap.
     """
     rounding, largest = 1e4 * np.finfo(np.float64).eps, max(row["glmo_gap"] for row in a["rows"] + b["rows"])
-    bound = 0.01 * largest + rounding
+    bound = (1.0 if "dual" in (a["route"], b["route"]) else 0.01) * largest + rounding
     assert len(a["rows"]) == len(b["rows"]), name
     for ra, rb in zip(a["rows"], b["rows"]):
         for key in ("objective_estimate", "gap_estimate", "glmo_gap"):

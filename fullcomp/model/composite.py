@@ -488,7 +488,7 @@ class CompositeProblem:
         with torch.no_grad():
             try:
                 if self.params is None:
-                    out = call_checked(self.inner, (start.clone(), batch), "inner", INNER_SIGNATURE)
+                    out = call_checked(self.inner_declared, (start.clone(), batch), "inner", INNER_SIGNATURE)
                 else:  # the user's map, so that a wrong signature is reported as such
                     view = self.params.view(start.clone())
                     out = call_checked(self.maps[0], (view, batch), "inner", MODULE_SIGNATURE)

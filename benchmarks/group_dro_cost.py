@@ -1,0 +1,128 @@
+"""The cost of a robust update on a network against a Group DRO step, and the GLMO's share of it.
+
+Group DRO (Sagawa et al. 2020, online: exponentiated-gradient group weights, one forward and backward pass
+of the weighted batch loss, ``torch.optim.SGD``) against ``fc.optim.HMSFW`` and ``fc.optim.SCFW`` on the
+same group-balanced batches of 4 groups x 32 rows: F = max of the 4 group means, one l2 ball per layer
+(``fc.layer_domains(model, "l2")``, whose GLMO takes the dual route), the closure returning
+``fc.Grouped([group g's losses on its own 32 rows])`` so that the 4 group gradients cost about one
+backward pass of the batch.  The GLMO's share is the time inside the GLMO's ``solve`` over the update's.
+
+The contenders alternate round by round in one process on one torch thread; ratios are medians of
+per-round ratios.  Networks: the Colored-MNIST CNN (3,641 weights) and an MLP 784-512-512-1 (665,089
+weights) of benchmarks/grouped_jacobian.py.
+
+    python benchmarks/group_dro_cost.py                   # 5 rounds of 5 updates, about two minutes
+    python benchmarks/group_dro_cost.py --rounds 2 --steps 3
+
+Targets: update / Group DRO step at most 1.3 (CNN) and 1.5 (MLP); the GLMO at most 15 % of an update.
+Nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import cvxpy as cp
+import torch
+from grouped_jacobian import GROUPS, PER_GROUP, batches, cnn, group_dro_step, mlp, row_losses
+
+import fullcomp as fc
+
+TARGETS = {"cnn": 1.3, "mlp": 1.5}
+GLMO_SHARE = 0.15
+
+
+def by_sub_batch(net: torch.nn.Module, batch: tuple) -> fc.Grouped:
+    """Each group's losses from a forward pass of its own rows: its gradient is a backward pass of 32 rows."""
+    X, y, groups = batch
+    return fc.Grouped([row_losses(net, X[groups == g], y[groups == g]) for g in range(GROUPS)])
+
+
+class Timed:
+    """Wraps a GLMO's solve to add up the seconds spent inside it."""
+
+    def __init__(self, glmo: object):
+        self.seconds, self.inner = 0.0, glmo.solve
+        glmo.solve = self
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        try:
+            return self.inner(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def contenders(template: torch.nn.Module, build: Callable, first: tuple) -> tuple[dict, dict]:
+    """Each contender's update, past its set-up and first step (not timed), and the GLMO timers."""
+    domain = fc.layer_domains(template, "l2", factor=3.0)
+    outer = cp.max(fc.inner_value(GROUPS))
+    steps, timers = {}, {}
+    for name, optimizer in (("hmsfw", fc.optim.HMSFW), ("scfw", fc.optim.SCFW)):
+        net = build()
+        net.load_state_dict(template.state_dict())
+        opt = optimizer(net.parameters(), outer, domain)
+        opt.step(lambda net=net: by_sub_batch(net, first))
+        timers[name] = Timed(opt.stepper.plan.components["glmo"])
+        steps[name] = lambda b, opt=opt, net=net: opt.step(lambda: by_sub_batch(net, b))
+    net = build()
+    net.load_state_dict(template.state_dict())
+    sgd, q = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9), torch.full((GROUPS,), 1.0 / GROUPS)
+    steps["group_dro"] = lambda b: group_dro_step(net, sgd, q, b)
+    return steps, timers
+
+
+def run(name: str, build: Callable, shape: tuple[int, ...], steps: int, rounds: int) -> dict:
+    torch.manual_seed(0)
+    template = build()
+    fc.make_feasible(template, fc.layer_domains(template, "l2", factor=3.0))
+    times: dict[str, list[float]] = {"group_dro": [], "hmsfw": [], "scfw": []}
+    shares: dict[str, list[float]] = {"hmsfw": [], "scfw": []}
+    for r in range(rounds):
+        data = batches(steps + 1, shape, seed=r)
+        step, timers = contenders(template, build, data[0])
+        for key in times:
+            for timer in timers.values():
+                timer.seconds = 0.0
+            start = time.perf_counter()
+            for b in data[1:]:
+                step[key](b)
+            elapsed = time.perf_counter() - start
+            times[key].append(elapsed / steps)
+            if key in shares:
+                shares[key].append(timers[key].seconds / elapsed)
+    size = sum(p.numel() for p in template.parameters())
+    print(f"{name}: {size} weights, {GROUPS} groups x {PER_GROUP} rows, {steps} updates x {rounds} rounds")
+    print(f"  group_dro {statistics.median(times['group_dro']) * 1e3:8.2f} ms / step")
+    out = {}
+    for key in shares:
+        ratio = statistics.median(a / b for a, b in zip(times[key], times["group_dro"]))
+        share = statistics.median(shares[key])
+        target = TARGETS[name.split()[0].lower()]
+        print(
+            f"  {key:9s} {statistics.median(times[key]) * 1e3:8.2f} ms / update: {ratio:5.2f}x Group DRO "
+            f"(target {target}: {'met' if ratio <= target else 'NOT met'}), GLMO {share:.0%} of it "
+            f"(target {GLMO_SHARE:.0%}: {'met' if share <= GLMO_SHARE else 'NOT met'})"
+        )
+        out[key] = {"ratio": ratio, "glmo_share": share}
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5, help="updates per round (default 5)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    return {
+        "cnn": run("CNN", cnn, (2, 28, 28), args.steps, args.rounds),
+        "mlp": run("MLP 784-512-512-1", mlp, (1, 28, 28), args.steps, args.rounds),
+    }
+
+
+if __name__ == "__main__":
+    main()
