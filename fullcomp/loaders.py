@@ -19,6 +19,7 @@ each rank has the same number of batches per epoch.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import random
 import warnings
@@ -29,16 +30,18 @@ import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
+    ConcatDataset,
     DataLoader,
     IterableDataset,
     RandomSampler,
     SequentialSampler,
+    Subset,
     TensorDataset,
     default_collate,
 )
 
 from fullcomp import distributed
-from fullcomp.errors import CheckpointError, ModelError
+from fullcomp.errors import CheckpointError, FullcompError, ModelError
 
 FORMAT = "fullcomp-loader-1"
 
@@ -46,6 +49,11 @@ FORMAT = "fullcomp-loader-1"
 SEED_BOUND = 2**62
 
 _HOW = "or write sampler(generator) -> batch yourself, drawing every random number from the generator"
+
+#: How many rows of a dataset its fingerprint reads (at fixed positions spread over it, the first and last
+#: included), and the seed its reads run under (random transforms then give the same rows every time).
+FINGERPRINT_ROWS = 64
+FINGERPRINT_SEED = 0x5EED
 
 
 class _Source:
@@ -68,6 +76,9 @@ class _Source:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise CheckpointError(f"the loader state of {where} has {key} {value!r}; expected an int >= 0")
         self.epoch, self.position = state["epoch"], state["position"]
+
+    def fingerprint(self) -> dict:
+        raise NotImplementedError
 
 
 class _Loaded(_Source):
@@ -214,10 +225,85 @@ class _Loaded(_Source):
             return [t[indices.to(t.device)] for t in self.dataset.tensors]
         picked = indices.tolist()
         if self.batch_size is None:
-            return self.collate_fn(self.dataset[picked[0]])
+            return self.collate([self.row(picked[0])], picked, self.collate_fn, one=True)
         getitems = getattr(self.dataset, "__getitems__", None)
-        samples = getitems(picked) if getitems else [self.dataset[i] for i in picked]
-        return self.collate_fn(samples)
+        if getitems is None:
+            samples = [self.row(i) for i in picked]
+        else:
+            try:
+                samples = getitems(picked)
+            except FullcompError:
+                raise
+            except Exception as exc:
+                raise ModelError(self.unreadable(f"dataset.__getitems__({_few(picked)})", exc)) from exc
+        return self.collate(samples, picked, self.collate_fn)
+
+    def row(self, index: int) -> Any:
+        """``dataset[index]``; a ModelError that names the row and the fix when it raises."""
+        try:
+            return self.dataset[index]
+        except FullcompError:
+            raise
+        except Exception as exc:
+            raise ModelError(self.unreadable(f"dataset[{index}]", exc)) from exc
+
+    def unreadable(self, call: str, exc: Exception) -> str:
+        text = f"{self.where}: {call} raised {type(exc).__name__}: {exc}"
+        if isinstance(exc, (IndexError, KeyError)):
+            return (
+                f"{text}. The dataset's __len__ is {self.n}, and every index below it is read (each epoch visits "
+                "every row): make __getitem__ give a row for each index below len(dataset), or __len__ count only "
+                "the rows it can give"
+            )
+        return f"{text}. Fix the dataset's __getitem__ (its error is chained above)"
+
+    def collate(self, samples: list, picked: list[int], collate_fn: Any, one: bool = False) -> Any:
+        """``collate_fn`` of the rows; a ModelError naming the rows and how they differ when it raises."""
+        try:
+            return collate_fn(samples[0] if one else samples)
+        except FullcompError:
+            raise
+        except Exception as exc:
+            text = f"{self.where}: collate_fn raised {type(exc).__name__} on the rows {_few(picked)}: {exc}"
+            shapes = [_structure(sample) for sample in samples]
+            differ = next((i for i, shape in enumerate(shapes) if shape != shapes[0]), None)
+            if differ is not None:
+                raise ModelError(
+                    f"{text}. Row {picked[0]} is {shapes[0]} but row {picked[differ]} is {shapes[differ]}: the "
+                    "default collate stacks rows of one structure, dtype and shape; make every row of the dataset "
+                    "alike (pad or crop them), or pass the DataLoader a collate_fn that combines them"
+                ) from exc
+            raise ModelError(f"{text}. Fix the collate_fn or the dataset's rows (the error is chained above)") from exc
+
+    def fingerprint(self) -> dict:
+        """What the sampler reads of its loader: the dataset's structure (lengths, ``Subset`` indices), the
+        batching and order, and a hash of the rows at up to FINGERPRINT_ROWS fixed positions."""
+        return {
+            "order": self.kind,
+            "replacement": self.replacement,
+            "samples": self.samples,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "collate_fn": _name(self.collate_fn),
+            "dataset": _dataset_structure(self.dataset),
+            "rows": self.rows_hash(),
+        }
+
+    def rows_hash(self) -> str:
+        """A hash of the rows at up to FINGERPRINT_ROWS positions spread evenly over the dataset, first and last
+        included, read as the batches read them (random transforms seeded with FINGERPRINT_SEED)."""
+        count = min(self.n, FINGERPRINT_ROWS)
+        positions = sorted({i * (self.n - 1) // (count - 1) for i in range(count)}) if count > 1 else [0]
+        h = hashlib.blake2b(digest_size=12)
+        h.update(repr(positions[:2] + positions[-1:]).encode())
+        if self.fast:
+            at = torch.tensor(positions, dtype=torch.int64)
+            _feed(h, [t[at.to(t.device)] for t in self.dataset.tensors])
+            return h.hexdigest()
+        with _seeded(FINGERPRINT_SEED):
+            for i in positions:
+                _feed(h, self.row(i))
+        return h.hexdigest()
 
 
 class _Cycled(_Source):
@@ -235,14 +321,44 @@ class _Cycled(_Source):
     def reset(self) -> None:
         super().reset()
         self._iterator = None
+        #: The number of batches of a pass, once the run has finished one: every later pass must give as many.
+        self.length: int | None = None
+
+    def state(self) -> dict:
+        return {**super().state(), "length": self.length}
 
     def load(self, state: dict, where: str) -> None:
         super().load(state, where)
+        length = state.get("length")
+        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+            raise CheckpointError(f"the loader state of {where} has length {length!r}; expected None or an int >= 1")
+        self.length = length
         self._iterator = None  # rebuilt at the next draw, past the batches of the epoch already drawn
+
+    def fingerprint(self) -> dict:
+        """What can be read of a re-iterable without iterating it: its type and length (None without one)."""
+        try:
+            length = len(self.batches)
+        except TypeError:
+            length = None
+        return {"order": self.kind, "type": _name(type(self.batches)), "length": length}
+
+    def passed(self, count: int) -> None:
+        """A pass ended after ``count`` batches: the first sets the length of every pass, the others must agree."""
+        if self.length is None:
+            self.length = count
+        elif count != self.length:
+            raise ModelError(
+                f"{self.where} gave {count} batches in pass {self.epoch + 1} of this run, but {self.length} in "
+                "each pass before: a re-iterable sampler must give the same batches on every pass (a resumed run "
+                "finds its place by counting them); pass a list of batches or a DataLoader, or start a new "
+                "fc.LoaderSampler for new data"
+            )
 
     def draw(self, generator: torch.Generator | None) -> Any:
         if self.indexed:
             if self.position >= len(self.batches):
+                self.passed(self.position)
                 self.epoch, self.position = self.epoch + 1, 0
             batch = self.batches[self.position]
             self.position += 1
@@ -256,9 +372,12 @@ class _Cycled(_Source):
                         "in this epoch; a re-iterable sampler must give the same batches on every pass"
                     )
         batch = next(self._iterator, _END)
+        if batch is not _END and self.length is not None and self.position >= self.length:
+            self.passed(self.position + 1)  # more than a pass held before: an error
         if batch is _END:
             if self.position == 0:
                 raise ModelError(f"{self.where} gave no batch; a sampler needs at least one")
+            self.passed(self.position)
             self.epoch, self.position = self.epoch + 1, 0
             self._iterator = iter(self.batches)
             batch = next(self._iterator, _END)
@@ -269,6 +388,92 @@ class _Cycled(_Source):
 
 
 _END = object()
+
+
+def _few(indices: list[int]) -> str:
+    return str(indices) if len(indices) <= 8 else f"[{', '.join(map(str, indices[:8]))}, ...] ({len(indices)} rows)"
+
+
+def _name(obj: Any) -> str:
+    kind = obj if isinstance(obj, type) else getattr(obj, "func", obj)  # a functools.partial: its function
+    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', type(kind).__qualname__)}"
+
+
+def _structure(value: Any, depth: int = 0) -> str:
+    """A row's structure as a short text: its containers, and each tensor's or array's dtype and shape."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor({str(value.dtype).replace('torch.', '')}, {list(value.shape)})"
+    if isinstance(value, np.ndarray):
+        return f"array({value.dtype}, {list(value.shape)})"
+    if depth > 4:
+        return type(value).__name__
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k!r}: {_structure(v, depth + 1)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(_structure(v, depth + 1) for v in value) + ")"
+    return type(value).__name__
+
+
+def _indices_hash(indices: Any) -> str:
+    """A hash of a Subset's indices: a range by its bounds, anything else as an int64 array."""
+    h = hashlib.blake2b(digest_size=12)
+    if isinstance(indices, range):
+        h.update(repr(indices).encode())
+    else:
+        try:
+            array = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices).astype(np.int64)
+            h.update(np.ascontiguousarray(array).tobytes())
+        except (TypeError, ValueError):
+            h.update(repr(list(indices)).encode())
+    return h.hexdigest()
+
+
+def _dataset_structure(dataset: Any, depth: int = 0) -> dict:
+    """A dataset's type and length, with a ``Subset``'s indices (hashed) and the dataset under it, and a
+    ``ConcatDataset``'s parts, nested: what can be read without reading its rows."""
+    try:
+        length = len(dataset)
+    except TypeError:
+        length = None
+    found: dict = {"type": _name(type(dataset)), "length": length}
+    if depth >= 8:
+        return found
+    if isinstance(dataset, Subset):
+        found["indices"] = _indices_hash(dataset.indices)
+        found["of"] = _dataset_structure(dataset.dataset, depth + 1)
+    elif isinstance(dataset, ConcatDataset):
+        found["parts"] = [_dataset_structure(part, depth + 1) for part in dataset.datasets]
+    return found
+
+
+def _feed(h: Any, value: Any, depth: int = 0) -> None:
+    """Add a row to a hash: each tensor's and array's dtype, shape and bytes, numbers and strings by value,
+    the containers around them; an object of another kind by its type only."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        t = (t.to_dense() if t.layout != torch.strided else t).contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(value, np.ndarray):
+        h.update(f"A{value.dtype}{value.shape}".encode())
+        h.update(repr(value.tolist()).encode() if value.dtype == object else np.ascontiguousarray(value).tobytes())
+    elif value is None or isinstance(value, (bool, int, float, complex, str, bytes, np.generic)):
+        h.update(f"{type(value).__name__}:{value!r};".encode())
+    elif depth > 8:
+        h.update(type(value).__qualname__.encode())
+    elif isinstance(value, Mapping):
+        h.update(f"{{{len(value)}".encode())
+        for key, item in value.items():
+            _feed(h, key, depth + 1)
+            _feed(h, item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        h.update(f"({len(value)}".encode())
+        for item in value:
+            _feed(h, item, depth + 1)
+    elif hasattr(value, "__array__"):  # a PIL image, a pandas frame: its values
+        _feed(h, np.asarray(value), depth + 1)
+    else:
+        h.update(type(value).__qualname__.encode())
 
 
 def _draw_seed(generator: torch.Generator | None) -> int:
@@ -313,7 +518,7 @@ def _source(value: Any, where: str, seed_transforms: bool) -> _Source:
             f"{where} must be a torch.utils.data.DataLoader or a re-iterable of batches (a list of tensors), got "
             f"{type(value).__name__}"
         )
-    if iter(value) is value:
+    if isinstance(value, Iterator):  # checked without calling __iter__, which may start a pass
         raise ModelError(
             f"{where} is an iterator ({type(value).__name__}), which gives its batches once; pass a list of "
             "batches or a DataLoader, which can be read again every epoch"
@@ -357,7 +562,13 @@ class LoaderSampler:
         A loader whose order fullcomp cannot draw or restore: an ``IterableDataset``, a sampler or batch
         sampler other than ``RandomSampler``, ``SequentialSampler`` or a ``BatchSampler`` over them
         (``DistributedSampler`` included: the sampler shards by rank itself), a ``worker_init_fn`` (no
-        worker is started), an iterator (read once), an empty dataset.
+        worker is started), an iterator (read once), an empty dataset.  At a draw: a row ``__getitem__``
+        cannot give (the index named, its error chained), rows ``collate_fn`` cannot combine (the two rows
+        that differ named, with their shapes), a re-iterable whose pass gives another number of batches
+        than the run's first pass.
+
+    A checkpoint's fingerprint holds :meth:`fingerprint` (the dataset's lengths and ``Subset`` indices,
+    the batching and order, a hash of up to 64 rows), so a resume with another dataset is refused.
     """
 
     def __init__(self, loaders: Any, *, groups: bool | None = None, seed_transforms: bool = True):
@@ -419,6 +630,21 @@ class LoaderSampler:
         keys = self.keys if self.keys is not None else [None]
         for source, saved, key in zip(self._sources, found, keys):
             source.load(saved, "the loader" if key is None else f"group {key!r}")
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint's fingerprint holds of this sampler (plain data; a resume with a sampler whose
+        fingerprint differs is refused, naming the differing key).
+
+        For a DataLoader: its order (shuffled or sequential, with replacement, number of samples),
+        ``batch_size``, ``drop_last``, ``collate_fn``, the dataset's type and length with every nested
+        ``Subset``'s indices (hashed) and ``ConcatDataset``'s parts, and a hash of the rows at up to 64 fixed
+        positions spread over the dataset (first and last included), read with ``__getitem__`` under a fixed
+        seed.  For a re-iterable of batches: its type and length (None without ``__len__``); it is not iterated.
+        """
+        found = [s.fingerprint() for s in self._sources]
+        if self.keys is None:
+            return found[0]
+        return {"groups": {k if isinstance(k, str) else repr(k): f for k, f in zip(self.keys, found)}}
 
     def batches_per_epoch(self) -> int | list[int]:
         """The number of batches of an epoch on this rank (one per group, for per-group loaders; None for a

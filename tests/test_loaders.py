@@ -24,13 +24,14 @@ from torch.utils.data import (
     IterableDataset,
     RandomSampler,
     SequentialSampler,
+    Subset,
     SubsetRandomSampler,
     TensorDataset,
 )
 
 import fullcomp as fc
 from fullcomp.errors import CheckpointError, ModelError
-from fullcomp.model.fingerprint import problem_fingerprint
+from fullcomp.model.fingerprint import PROBE_SEED, problem_fingerprint
 from fullcomp.serial import decode, encode
 
 HERE = Path(__file__).parent
@@ -347,3 +348,150 @@ def test_two_ranks_shard_each_epoch_as_distributed_sampler_does(tmp_path):
             reference.set_epoch(epoch)
             assert shard == list(reference)
         assert sorted(set(shards[0] + shards[1])) == list(range(11)) and len(shards[0] + shards[1]) == 12
+
+
+def _subset_problem(data=FEATURES, indices=range(ROWS), outer=range(ROWS), **kwargs) -> fc.CompositeProblem:
+    """A problem over a Subset of a Subset of a TensorDataset (no TensorDataset at the top: the data hash
+    does not see the rows, the loader's fingerprint must)."""
+    options = {"batch_size": BATCH, "shuffle": True, **kwargs}
+    dataset = Subset(Subset(TensorDataset(data, torch.arange(ROWS)), list(indices)), list(outer))
+    sampler = fc.LoaderSampler(DataLoader(dataset, **options))
+    return fc.CompositeProblem(problem().outer.expr, problem().inner, fc.L1Ball(4, 2.0), sampler=sampler)
+
+
+def test_a_resume_with_another_dataset_row_subset_or_batching_is_refused_naming_it(tmp_path):
+    """S6: only the probe batch was fingerprinted, so a changed row, Subset index or drop_last resumed."""
+    path = tmp_path / "run.ckpt"
+    fc.solve(_subset_problem(), "hmsfw", iters=4, seed=1, progress=False, checkpoint=path)
+    probed = _subset_problem().sampler(torch.Generator().manual_seed(PROBE_SEED))[1].tolist()
+    changed_row = FEATURES.clone()
+    changed_row[min(set(range(ROWS)) - set(probed))] += 5.0  # a row the fingerprint's probe batch does not hold
+    swapped = list(range(ROWS))
+    swapped[3], swapped[4] = 4, 3
+    cases = {
+        "loaders.sampler.rows": _subset_problem(data=changed_row),
+        "loaders.sampler.dataset.indices": _subset_problem(outer=swapped),
+        "loaders.sampler.dataset.of.indices": _subset_problem(indices=swapped),
+        "loaders.sampler.drop_last": _subset_problem(drop_last=True),
+        "loaders.sampler.batch_size": _subset_problem(batch_size=BATCH + 1),
+        "loaders.sampler.order": _subset_problem(shuffle=False),
+    }
+    for leaf, other in cases.items():
+        with pytest.raises(CheckpointError, match=rf"problem\.{leaf.replace('.', chr(92) + '.')} was"):
+            fc.solve(other, "hmsfw", iters=6, seed=1, progress=False, checkpoint=path)
+    resumed = fc.solve(_subset_problem(), "hmsfw", iters=6, seed=1, progress=False, checkpoint=path)
+    assert resumed.info["resumed_from"] == 4
+
+
+def test_the_loader_fingerprint_reads_a_fixed_sample_of_rows_under_a_fixed_seed():
+    class Big(Dataset):  # a million rows, each read counted; a random transform in __getitem__
+        reads = 0
+
+        def __len__(self):
+            return 10**6
+
+        def __getitem__(self, i):
+            Big.reads += 1
+            return torch.tensor([float(i)]) + torch.rand(1), {"label": i % 3, "name": f"row{i}"}
+
+    sampler = fc.LoaderSampler(DataLoader(Subset(Big(), range(10**6)), batch_size=32, shuffle=True))
+    stamp = sampler.fingerprint()
+    assert 0 < Big.reads <= 64 and stamp == sampler.fingerprint()  # the random transform is seeded
+    assert stamp["dataset"]["length"] == 10**6 and stamp["dataset"]["of"]["type"].endswith("Big")
+    assert stamp["batch_size"] == 32 and stamp["drop_last"] is False and stamp["order"] == "shuffled"
+    grouped = fc.LoaderSampler({"a": loader(), "b": loader(batch_size=4)})
+    assert grouped.fingerprint()["groups"]["b"]["batch_size"] == 4
+    flipped = DataLoader(TensorDataset(FEATURES.flip(0), torch.arange(ROWS)), batch_size=BATCH)
+    assert fc.LoaderSampler(loader()).fingerprint()["rows"] != fc.LoaderSampler(flipped).fingerprint()["rows"]
+
+    class Again:  # a plain re-iterable: what can be read without iterating it
+        def __iter__(self):
+            return iter([torch.zeros(2)])
+
+    seen = fc.LoaderSampler(Again()).fingerprint()
+    assert seen["order"] == "cycled" and seen["type"].endswith("<locals>.Again") and seen["length"] is None
+    assert fc.LoaderSampler([torch.zeros(2)] * 3).fingerprint()["length"] == 3
+
+
+def test_a_dataset_whose_rows_cannot_be_read_or_stacked_fails_naming_the_row_and_the_fix():
+    """S4: a row past what __getitem__ can give, or rows of another shape, gave torch's raw error."""
+    rows = torch.randn(20, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    class Short(Dataset):  # says 60 rows, gives 50
+        def __len__(self):
+            return 60
+
+        def __getitem__(self, i):
+            return rows[i % 20] if i < 50 else rows[99]
+
+    class Ragged(Short):  # the rows from 50 on are shorter
+        def __getitem__(self, i):
+            return rows[i % 20] if i < 50 else rows[i % 20, :3]
+
+    sampler = fc.LoaderSampler(DataLoader(Short(), batch_size=8))
+    gen = torch.Generator()
+    for _ in range(6):
+        sampler(gen)
+    with pytest.raises(ModelError, match=r"dataset\[50\] raised IndexError.*__len__ is 60") as raised:
+        sampler(gen)
+    assert isinstance(raised.value.__cause__, IndexError)
+    with pytest.raises(ModelError, match=r"dataset\[50\] raised IndexError"):
+        sampler.fingerprint()
+    ragged = fc.LoaderSampler(DataLoader(Ragged(), batch_size=8))
+    for _ in range(6):
+        ragged(gen)
+    with pytest.raises(ModelError, match=r"Row 48 is tensor\(float64, \[5\]\) but row 50 is tensor\(float64, \[3\]\)"):
+        ragged(gen)
+    with pytest.raises(ModelError, match="dataset\\[50\\] raised IndexError"):
+        fc.hmsfw(
+            fc.CompositeProblem(
+                cp.max(fc.inner_value(2)),
+                lambda w, b: torch.stack([(b @ w).mean(), w.sum()]),
+                fc.L2Ball(5, 1.0),
+                sampler=fc.LoaderSampler(DataLoader(Short(), batch_size=8)),
+            ),
+            iters=10,
+            progress=False,
+        )
+
+
+def test_a_reiterable_whose_passes_change_length_fails_naming_the_passes():
+    """S8: an iterable that gave fewer (or more) batches on a later pass was cycled silently."""
+    batch = torch.ones(4, 5, dtype=torch.float64)
+
+    class Shrinking:
+        calls = 0
+
+        def __init__(self, counts):
+            self.counts = counts
+
+        def __iter__(self):
+            Shrinking.calls += 1
+            return iter([batch] * self.counts[min(Shrinking.calls, len(self.counts)) - 1])
+
+    sampler = fc.LoaderSampler(Shrinking([3, 3, 2]))
+    assert Shrinking.calls == 0  # the construction does not start a pass
+    for _ in range(6):
+        sampler(None)
+    with pytest.raises(ModelError, match="gave 2 batches in pass 3 of this run, but 3 in each pass before"):
+        sampler(None), sampler(None), sampler(None)
+    Shrinking.calls = 0
+    growing = fc.LoaderSampler(Shrinking([2, 3]))
+    with pytest.raises(ModelError, match="gave 3 batches in pass 2 of this run, but 2"):
+        for _ in range(5):
+            growing(None)
+    listed = [batch] * 2
+    cycled = fc.LoaderSampler(listed)
+    cycled(None), cycled(None), cycled(None)
+    listed.pop()
+    with pytest.raises(ModelError, match="gave 1 batches in pass 2"):
+        cycled(None)
+    Shrinking.calls = 0
+    steady = fc.LoaderSampler(Shrinking([3]))
+    for _ in range(4):
+        steady(None)
+    state = steady.state_dict()
+    assert state["groups"][0]["length"] == 3
+    again = fc.LoaderSampler(Shrinking([3]))
+    again.load_state_dict(state)
+    assert again.state_dict() == state

@@ -9,6 +9,8 @@ hide a number that no walk finds (``lambda x, b: A @ x - t``), so the problem's
 behaviour is fingerprinted too: the maps' values and gradients at the start point,
 in the run's dtype and device, on a probe batch the sampler draws from a generator
 of its own.  The same script gives the same bits, so a resume is still accepted.
+A sampler with a ``fingerprint()`` of its own (``fc.LoaderSampler``: the dataset's lengths,
+``Subset`` indices, batching and a hash of a sample of its rows) adds it under ``loaders``.
 """
 
 from __future__ import annotations
@@ -132,8 +134,18 @@ def _probe(problem: Any, dtype: torch.dtype, device: torch.device, generator: to
     return _values_hash(*parts) + data_hash(batch, psi_batch)
 
 
+def loaders(problem: Any) -> dict:
+    """The fingerprints of the problem's samplers that give one (``fc.LoaderSampler``), by attribute name;
+    empty when none does."""
+    found = {}
+    for name, sampler in stateful_samplers(problem).items():
+        if callable(getattr(sampler, "fingerprint", None)):
+            found[name] = sampler.fingerprint()
+    return {"loaders": found} if found else {}
+
+
 def problem_fingerprint(problem: Any, dtype: torch.dtype | None = None, device: Any = "cpu") -> dict:
-    """Kind, shapes, outer expression and its parameters, sets, data hash and behaviour of a problem.
+    """Kind, shapes, outer expression and its parameters, sets, data hash, loaders and behaviour of a problem.
 
     ``dtype`` and ``device`` are the run's: the behaviour is probed as the run would call the maps
     (None leaves the behaviour out).
@@ -141,6 +153,7 @@ def problem_fingerprint(problem: Any, dtype: torch.dtype | None = None, device: 
     from fullcomp.model.composite import CompositeProblem
 
     probe = {} if dtype is None else {"behaviour": behaviour(problem, dtype, torch.device(device))}
+    probe.update(loaders(problem))
     if isinstance(problem, CompositeProblem):
         return {
             "kind": "CompositeProblem",
