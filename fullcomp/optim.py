@@ -75,13 +75,6 @@ class _ClosureMap(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
         (jac,) = ctx.saved_tensors
-        # The oracle asks for the Jacobian one row at a time (a one-hot cotangent): that row is the answer,
-        # exactly, without a product or a copy reading the m x d Jacobian for each row (the oracle copies the
-        # rows it stacks, so the view is never written).
-        if grad_out.dim() == 1:
-            hot = grad_out.nonzero()
-            if hot.numel() == 1 and grad_out[hot[0, 0]] == 1:
-                return jac[hot[0, 0]], None, None, None
         return grad_out @ jac, None, None, None
 
 
