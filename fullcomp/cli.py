@@ -466,13 +466,16 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(
-        prog="fullcomp", description="Stochastic solvers for min F(f(x), x) over a convex set."
-    )
+def build_parser(
+    commands: dict[str, tuple[str, Callable, Callable]] | None = None,
+    prog: str = "fullcomp",
+    description: str = "Stochastic solvers for min F(f(x), x) over a convex set.",
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command's parser and one sub-parser per command of ``commands`` (default: ``fullcomp``'s own)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     subparsers = {}
-    for name, (help_text, configure, _) in COMMANDS.items():
+    for name, (help_text, configure, _) in (COMMANDS if commands is None else commands).items():
         # allow_abbrev=False: `--se` must never be taken for --seed; an unknown option is an error
         # that suggests the closest one (see reject_unknown).
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)

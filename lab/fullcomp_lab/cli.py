@@ -96,23 +96,11 @@ COMMANDS: dict[str, tuple[str, Callable, Callable]] = {
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(
-        prog="fullcomp-lab", description="The papers' experiment protocols of fullcomp: run them and tabulate them."
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    subparsers = {}
-    for name, (help_text, configure, _) in COMMANDS.items():
-        # allow_abbrev=False: a prefix is never taken for another option; an unknown one is an error.
-        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
-        configure(p)
-        subparsers[name] = p
-    return parser, subparsers
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fullcomp-lab`` console script (and of ``python -m fullcomp_lab``); returns the exit code."""
-    parser, subparsers = build_parser()
+    parser, subparsers = cli.build_parser(
+        COMMANDS, "fullcomp-lab", "The papers' experiment protocols of fullcomp: run them and tabulate them."
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
     sub = subparsers[args.command]
