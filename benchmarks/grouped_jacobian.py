@@ -31,24 +31,12 @@ from collections.abc import Callable
 
 import cvxpy as cp
 import torch
+from network_overhead import cnn  # the Colored-MNIST CNN (2 x 28 x 28 inputs)
 
 import fullcomp as fc
 from fullcomp.autodiff import grouped_jacobian
 
 GROUPS, PER_GROUP = 4, 32
-
-
-def cnn() -> torch.nn.Module:
-    """The Colored-MNIST CNN of benchmarks/network_overhead.py (2 x 28 x 28 inputs)."""
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(2, 8, 5, stride=2),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 16, 5, stride=2),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(16, 1),
-    )
 
 
 def mlp() -> torch.nn.Module:
