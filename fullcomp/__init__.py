@@ -41,6 +41,7 @@ from fullcomp.model import (
 )
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.oracles.tracked import Tracked, TrackedModel
+from fullcomp.persample import PerSample
 from fullcomp.run import Checkpoint, History, Result
 from fullcomp.run.allocator import tune as tune_allocator
 from fullcomp.schedules import Schedule
@@ -117,7 +118,7 @@ __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "Lp
 __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]
 __all__ += ["LoaderSampler"]
 __all__ += ["layer_domains", "make_feasible", "init_norms"]
-__all__ += ["Grouped"]
+__all__ += ["Grouped", "PerSample"]
 
 #: Modules of the papers' protocols, which the fullcomp-lab package of this repository holds (``lab/``).
 _LAB_MODULES = {"noise": "fullcomp_lab.noise", "metrics": "fullcomp_lab.metrics", "experiments": "fullcomp_lab"}

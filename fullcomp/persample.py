@@ -1,0 +1,127 @@
+"""An inner map of one loss per sample: :class:`PerSample`.
+
+The most common robust objective is a risk of the per-sample losses of a data set, F(l_1(x), ..., l_n(x)).
+Declared as a plain map of n outputs, its Jacobian would be taken through the n x n identity; declared as
+``fc.PerSample(loss, data)``, fullcomp knows that value i reads row i only, so it takes the Jacobian's rows
+of a batch of sampled rows from per-sample gradients (or the user's closed form), in O(batch x d) memory,
+and draws batches of row indices itself.
+
+This module only validates and evaluates; the methods read it through the oracles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from fullcomp.errors import ModelError, OracleError
+
+LOSS_SIGNATURE = "loss(x, rows) -> Tensor of shape (b,), one loss per row of the b rows given"
+JACOBIAN_SIGNATURE = "jacobian(x, rows) -> Tensor of shape (b, *x.shape), one gradient per row"
+
+
+class PerSample:
+    """The inner map u_i = loss(x, row i), i = 1..n: one loss per sample of a data set.
+
+    Parameters
+    ----------
+    loss : callable
+        ``loss(x, rows)`` returns the b losses of the b rows it is given, a 1-D floating tensor; ``rows`` is
+        a tuple holding, for each tensor of ``data``, its b rows (in the order of the sampled indices).  It
+        must treat the rows independently (no batch statistics): value i may read row i only.
+    data : tensor or sequence of tensors
+        The data set: every tensor has the same number n >= 1 of rows along its first dimension.
+    batch_size : int, optional
+        Rows drawn per stochastic sample (uniformly without replacement); default ``min(n, 256)``.
+    jacobian : callable, optional
+        ``jacobian(x, rows)`` giving the b per-row gradients in closed form; by default they are per-sample
+        gradients of ``loss`` (``torch.func``), one backward pass vmapped over the rows.
+    """
+
+    def __init__(
+        self,
+        loss: Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor],
+        data: torch.Tensor | Sequence[torch.Tensor],
+        batch_size: int | None = None,
+        jacobian: Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor] | None = None,
+    ):
+        if not callable(loss):
+            raise ModelError(f"fc.PerSample: loss must be a callable {LOSS_SIGNATURE}, got {type(loss).__name__}")
+        if jacobian is not None and not callable(jacobian):
+            raise ModelError(
+                f"fc.PerSample: jacobian must be None or a callable {JACOBIAN_SIGNATURE}, got {type(jacobian).__name__}"
+            )
+        self.loss, self.jacobian = loss, jacobian
+        self.data = _tensors(data)
+        self.n = int(self.data[0].shape[0])
+        if batch_size is None:
+            batch_size = min(self.n, 256)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= self.n:
+            raise ModelError(
+                f"fc.PerSample: batch_size must be an int in 1..{self.n} (the number of rows), got {batch_size!r}"
+            )
+        self.batch_size = batch_size
+
+    def __repr__(self) -> str:
+        return f"PerSample(n={self.n}, batch_size={self.batch_size})"
+
+    def draw(self, generator: torch.Generator) -> torch.Tensor:
+        """A batch of ``batch_size`` distinct row indices, uniformly at random, on the CPU."""
+        return torch.randperm(self.n, generator=generator)[: self.batch_size]
+
+    def rows(self, index: torch.Tensor, device: Any = None) -> tuple[torch.Tensor, ...]:
+        """The rows ``index`` of every data tensor, moved to ``device`` when given."""
+        picked = tuple(t[index.to(t.device)] for t in self.data)
+        return picked if device is None else tuple(t.to(device) for t in picked)
+
+    def values(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """The losses of the rows ``index`` at x, checked to be one finite-shaped value per row."""
+        out = self.loss(x, self.rows(index, x.device))
+        if not isinstance(out, torch.Tensor) or out.shape != (len(index),):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise OracleError(
+                f"fc.PerSample: loss returned {got} for {len(index)} rows; it must be {LOSS_SIGNATURE}"
+            )
+        return out
+
+    def gradients(self, x: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The losses of the rows ``index`` and their gradients in x, shape (b, *x.shape)."""
+        rows = self.rows(index, x.device)
+        if self.jacobian is not None:
+            values = self.values(x, index)
+            J = self.jacobian(x, rows)
+            if not isinstance(J, torch.Tensor) or J.shape != (len(index), *x.shape):
+                got = tuple(J.shape) if isinstance(J, torch.Tensor) else type(J).__name__
+                raise OracleError(f"fc.PerSample: jacobian returned {got}; it must be {JACOBIAN_SIGNATURE}")
+            return values, J
+
+        def one(x: torch.Tensor, *row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            value = self.loss(x, tuple(t.unsqueeze(0) for t in row)).reshape(())
+            return value, value
+
+        J, values = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, *([0] * len(rows))))(
+            x, *rows
+        )
+        return values, J
+
+    def all_values(self, x: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
+        """All n losses at x, computed in chunks of rows so that memory stays O(chunk)."""
+        return torch.cat([self.values(x, torch.arange(i, min(i + chunk, self.n))) for i in range(0, self.n, chunk)])
+
+
+def _tensors(data: Any) -> tuple[torch.Tensor, ...]:
+    parts = (data,) if isinstance(data, torch.Tensor) else data
+    if not isinstance(parts, Sequence) or not parts or not all(isinstance(t, torch.Tensor) for t in parts):
+        raise ModelError(
+            "fc.PerSample: data must be a tensor or a non-empty tuple of tensors with one row per sample, "
+            f"got {type(data).__name__}"
+        )
+    sizes = {int(t.shape[0]) if t.dim() else 0 for t in parts}
+    if len(sizes) != 1 or 0 in sizes:
+        raise ModelError(
+            f"fc.PerSample: every data tensor needs the same number n >= 1 of rows (first dimension), got sizes "
+            f"{[tuple(t.shape) for t in parts]}"
+        )
+    return tuple(parts)
