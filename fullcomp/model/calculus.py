@@ -67,6 +67,9 @@ class ClosedForm:
     value: Value | None
     weights: Weights | None
     n: int
+    #: For fullcomp's named risks, (name, parameters), e.g. ("cvar", {"alpha": 0.1}): what a route that
+    #: exploits the risk's structure (its conjugate, its certainty-equivalent form) reads; None for fc.risk.
+    named: tuple[str, dict] | None = None
 
     def value_at(self, u: np.ndarray) -> float:
         out = self.value(np.array(u, dtype=np.float64))
@@ -94,7 +97,9 @@ class ClosedForm:
         return q
 
 
-def risk(expr: cp.Expression, *, value: Value | None = None, weights: Weights | None = None) -> cp.Expression:
+def risk(
+    expr: cp.Expression, *, value: Value | None = None, weights: Weights | None = None, named: tuple | None = None
+) -> cp.Expression:
     """A risk of the placeholder u that declares its value and its weights in closed form.
 
     Parameters
@@ -160,13 +165,20 @@ def risk(expr: cp.Expression, *, value: Value | None = None, weights: Weights | 
     tagged = expr.copy()
     if tagged is expr:  # a leaf copies to itself, and tagging it would tag the placeholder
         raise ModelError("fc.risk expr is the placeholder itself; declare a risk built from atoms of u")
-    setattr(tagged, CLOSED_FORM, ClosedForm(value, weights, int(holders[0].shape[0])))
+    setattr(tagged, CLOSED_FORM, ClosedForm(value, weights, int(holders[0].shape[0]), named))
     return tagged
 
 
 def closed_form(expr: Any) -> ClosedForm | None:
     """The closed forms :func:`risk` attached to ``expr``, or None."""
     return getattr(expr, CLOSED_FORM, None)
+
+
+def named_risk(expr: Any) -> tuple[str, dict] | None:
+    """``(name, parameters)`` of a named risk of the placeholder itself (``fc.cvar(u, 0.1)`` gives
+    ``("cvar", {"alpha": 0.1})``), or None for any other F."""
+    form = closed_form(expr)
+    return None if form is None else form.named
 
 
 def has_partial_minimization(expr: cp.Expression) -> bool:

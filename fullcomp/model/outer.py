@@ -40,11 +40,12 @@ def _vector(u: cp.Expression, name: str) -> int:
     return u.shape[0]
 
 
-def _declared(u: cp.Expression, expr: cp.Expression, **closed: Callable) -> cp.Expression:
-    """``expr`` declaring its closed forms, which are functions of the placeholder's value: so only where the
-    risk's argument is the placeholder itself (of ``u[:3]`` or ``u - c``, ``expr`` is any other F)."""
+def _declared(u: cp.Expression, expr: cp.Expression, *, named: tuple[str, dict], **closed: Callable) -> cp.Expression:
+    """``expr`` declaring its closed forms, which are functions of the placeholder's value, and its name and
+    parameters: so only where the risk's argument is the placeholder itself (of ``u[:3]`` or ``u - c``,
+    ``expr`` is any other F)."""
     if isinstance(u, cp.Variable) and is_placeholder(u):
-        return risk(expr, **closed)
+        return risk(expr, named=named, **closed)
     return expr
 
 
@@ -100,7 +101,13 @@ def cvar(u: cp.Expression, alpha: float) -> cp.Expression:
         m = float(round(m))
     if m < 1:
         # Fewer than one entry in the tail: the tail mean is the largest entry.
-        return _declared(u, cp.max(u), value=lambda w: float(np.max(w)), weights=lambda w: capped_weights(w, 1.0))
+        return _declared(
+            u,
+            cp.max(u),
+            named=("cvar", {"alpha": alpha}),
+            value=lambda w: float(np.max(w)),
+            weights=lambda w: capped_weights(w, 1.0),
+        )
     k = int(math.floor(m))
     frac = m - k
     tail = _sum_largest(u, k, n)
@@ -108,7 +115,11 @@ def cvar(u: cp.Expression, alpha: float) -> cp.Expression:
         # S_k + frac * u_(k+1), written with integer sum_largest (CVXPY's canonicalization needs int k).
         tail = (1 - frac) * tail + frac * _sum_largest(u, k + 1, n)
     return _declared(
-        u, tail / m, value=_attained(lambda w: capped_weights(w, m)), weights=lambda w: capped_weights(w, m)
+        u,
+        tail / m,
+        named=("cvar", {"alpha": alpha}),
+        value=_attained(lambda w: capped_weights(w, m)),
+        weights=lambda w: capped_weights(w, m),
     )
 
 
@@ -133,7 +144,9 @@ def top_k_mean(u: cp.Expression, k: int) -> cp.Expression:
     def weights(w: np.ndarray) -> np.ndarray:
         return capped_weights(w, float(k))
 
-    return _declared(u, _sum_largest(u, k, n) / k, value=_attained(weights), weights=weights)
+    return _declared(
+        u, _sum_largest(u, k, n) / k, named=("top_k_mean", {"k": k}), value=_attained(weights), weights=weights
+    )
 
 
 def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
@@ -152,7 +165,9 @@ def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
     if not kappa >= 0 or not math.isfinite(kappa):
         raise ModelError(f"chi2_dro kappa must be a finite number >= 0, got {kappa}")
     if kappa == 0:
-        return _declared(u, cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
+        return _declared(
+            u, cp.sum(u) / n, named=("chi2_dro", {"kappa": kappa}), value=lambda w: float(np.mean(w)), weights=_mean
+        )
     v = cp.Variable(n, name="chi2_dual")
     radius = math.sqrt(2.0 * kappa / n)
     inner = cp.Problem(cp.Minimize(cp.max(u - v) + cp.sum(v) / n + radius * cp.norm(v, 2)))
@@ -161,7 +176,7 @@ def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
     def weights(w: np.ndarray) -> np.ndarray:
         return chi2_weights(w, kappa)
 
-    return _declared(u, expr, value=_attained(weights), weights=weights)
+    return _declared(u, expr, named=("chi2_dro", {"kappa": kappa}), value=_attained(weights), weights=weights)
 
 
 def entropic_risk(u: cp.Expression, lam: float) -> cp.Expression:
@@ -178,6 +193,7 @@ def entropic_risk(u: cp.Expression, lam: float) -> cp.Expression:
     return _declared(
         u,
         lam * cp.log_sum_exp(u / lam) - lam * math.log(n),
+        named=("entropic_risk", {"lam": lam}),
         value=lambda w: float(lam * (logsumexp(w / lam) - math.log(w.size))),
         weights=lambda w: softmax_weights(w, lam),
     )
@@ -200,7 +216,9 @@ def kl_dro(u: cp.Expression, rho: float) -> cp.Expression:
     if not rho >= 0:
         raise ModelError(f"kl_dro rho must be a radius >= 0, got {rho}; rho = 0 is the mean")
     if rho == 0:
-        return _declared(u, cp.sum(u) / n, value=lambda w: float(np.mean(w)), weights=_mean)
+        return _declared(
+            u, cp.sum(u) / n, named=("kl_dro", {"rho": rho}), value=lambda w: float(np.mean(w)), weights=_mean
+        )
     lam = cp.Variable(nonneg=True, name="kl_temperature")
     s = cp.Variable(name="kl_shift")
     z = cp.Variable(n, name="kl_cone")
@@ -211,7 +229,7 @@ def kl_dro(u: cp.Expression, rho: float) -> cp.Expression:
     def weights(w: np.ndarray) -> np.ndarray:
         return kl_weights(w, rho)
 
-    return _declared(u, expr, value=_attained(weights), weights=weights)
+    return _declared(u, expr, named=("kl_dro", {"rho": rho}), value=_attained(weights), weights=weights)
 
 
 def smooth_max(u: cp.Expression, lam: float) -> cp.Expression:
@@ -228,6 +246,7 @@ def smooth_max(u: cp.Expression, lam: float) -> cp.Expression:
     return _declared(
         u,
         lam * cp.log_sum_exp(u / lam),
+        named=("smooth_max", {"lam": lam}),
         value=lambda w: float(lam * logsumexp(w / lam)),
         weights=lambda w: softmax_weights(w, lam),
     )
@@ -255,6 +274,7 @@ def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Ex
     return _declared(
         u,
         cp.max(u + adjust),
+        named=("group_dro", {"group_sizes": sizes, "C": C}),
         value=lambda w: float(np.max(w + adjust)),
         weights=lambda w: argmax_weights(np.asarray(w, dtype=np.float64) + adjust),
     )
@@ -308,7 +328,13 @@ def tpauc_cvar(u: cp.Expression, n_pos: int, theta_0: float = 0.5, theta_1: floa
         p = capped_weights(np.sum(r * L, axis=1), m_pos)
         return (p[:, None] * r).reshape(-1)
 
-    return _declared(u, outer, value=_attained(weights), weights=weights)
+    return _declared(
+        u,
+        outer,
+        named=("tpauc_cvar", {"n_pos": n_pos, "theta_0": theta_0, "theta_1": theta_1}),
+        value=_attained(weights),
+        weights=weights,
+    )
 
 
 def tpauc_kl(u: cp.Expression, n_pos: int, lam: float = 1.0, tau: float = 1.0) -> cp.Expression:
@@ -347,4 +373,6 @@ def tpauc_kl(u: cp.Expression, n_pos: int, lam: float = 1.0, tau: float = 1.0) -
         Lw, h = row_risks(w)
         return (softmax(h / tau)[:, None] * softmax(Lw / lam, axis=1)).reshape(-1)
 
-    return _declared(u, outer, value=value, weights=weights)
+    return _declared(
+        u, outer, named=("tpauc_kl", {"n_pos": n_pos, "lam": lam, "tau": tau}), value=value, weights=weights
+    )
