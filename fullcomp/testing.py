@@ -17,12 +17,13 @@ one pytest case per check.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import tempfile
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 import fullcomp as fc
-from fullcomp.errors import CheckpointError, DomainError, OptionError
+from fullcomp.errors import CheckpointError, DomainError, FullcompError, OptionError
 from fullcomp.sets.base import Set
 
 
@@ -120,14 +121,20 @@ def _same_rows(a: fc.History, b: fc.History, what: str) -> None:
 def check_method(name: str, problem: Callable[..., Any] | None = None, **required: Any) -> None:
     """Run the method contract on the registered method ``name``; AssertionError names what failed.
 
+    Besides what the module says, it checks what ``fc.solve`` promises of every method: the iterate stays in
+    the problem's domain, a step never changes its state in place, a map that turns NaN stops the run with a
+    fullcomp error whose result has status ``"error"`` and finite rows, and x follows the problem's dtype
+    and device.  An error the method raises during a check is reported as that check's AssertionError.
+
     Parameters
     ----------
     name : str
         A registered method (``fc.register`` adds one).
     problem : callable, optional
         ``problem(dtype=torch.float64)`` returns a fresh problem of the method's kind with a sampler and a
-        ``full_batch``.  Default: :func:`composite_problem` for a composite method, :func:`minimax_problem`
-        for a DMax one.
+        ``full_batch`` (and, for the NaN check, takes ``nan_after=``: the map returns NaN after that many
+        calls).  Default: :func:`composite_problem` for a composite method, :func:`minimax_problem` for a
+        DMax one.
     **required
         The hyperparameters the method needs to run (its required ones, or values that suit the problem).
     """
@@ -138,7 +145,42 @@ def check_method(name: str, problem: Callable[..., Any] | None = None, **require
         fresh = options.pop("problem", None) or make()
         return fc.solve(fresh, name, **{**required, "progress": False, **options})
 
-    # Hyperparameters: every value a declared constraint rejects is refused, naming the option.
+    with _guarantee(name, "bad hyperparameters are refused naming the option"):
+        _check_options(spec, run)
+    with _guarantee(name, "the same seed reproduces the run, and the result survives save and load"):
+        base = _check_schema(name, make, run)
+    with _guarantee(name, "an interrupted run resumes exactly, and a foreign checkpoint is refused"):
+        _check_resume(name, run)
+    with _guarantee(name, "a step never changes its state in place"):
+        _check_not_in_place(name, make, required)
+    with _guarantee(name, "a map that returns NaN stops the run with status 'error' and finite rows"):
+        _check_nan_stops(name, make, run)
+    with _guarantee(name, "x follows the problem's dtype and device"):
+        single = run(iters=3, problem=make(dtype=torch.float32))
+        x = _flat(single.x)
+        assert x.dtype == torch.float32, f"{name}: float32 data gave {x.dtype}"
+        assert x.device == _flat(base.x).device == torch.device("cpu"), f"{name}: x on {x.device}, not the cpu"
+    with _guarantee(name, "fc.Stepper takes the iterates of fc.solve"):
+        stepper = fc.Stepper(make(), name, seed=3, iters=5, **required)
+        for _ in range(5):
+            stepper.step()
+        assert torch.equal(_flat(stepper.x), _flat(base.x)), f"{name}: fc.Stepper's iterates differ from fc.solve's"
+
+
+@contextlib.contextmanager
+def _guarantee(name: str, what: str) -> Iterator[None]:
+    """An AssertionError naming the guarantee for any error the method raises while it is checked."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"{exc} (the guarantee: {what})") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the method raised, the check failed
+        raise AssertionError(f"{name}: {what}: the run raised {type(exc).__name__}: {exc}") from exc
+
+
+def _check_options(spec: Any, run: Callable[..., fc.Result]) -> None:
+    """Every value a declared constraint rejects is refused naming the option; a typo gets a suggestion."""
+    name = spec.name
     for param in spec.options:
         for bad in param.bad_values():
             try:
@@ -155,8 +197,14 @@ def check_method(name: str, problem: Callable[..., Any] | None = None, **require
         else:
             raise AssertionError(f"{name}: a mistyped option was accepted")
 
-    # Seeds reproduce; the result has the common schema and survives save and load.
+
+def _check_schema(name: str, make: Callable[..., Any], run: Callable[..., fc.Result]) -> fc.Result:
+    """Seeds reproduce, every iterate lies in the domain, and the result has the common schema and survives
+    save and load; the run of seed 3."""
     base = run(iters=5, seed=3)
+    again, points = make(), []
+    run(iters=5, seed=3, problem=again, callback=lambda it: points.append((it.k, _dense(again, it.x))))
+    _check_inside(name, again, points)
     _same_rows(run(iters=5, seed=3).history, base.history, f"{name}: the same seed")
     assert base.status == "iterations" and base.info["method"] == name, f"{name}: status {base.status!r}"
     rows = base.history.rows
@@ -171,8 +219,33 @@ def check_method(name: str, problem: Callable[..., Any] | None = None, **require
         loaded = fc.Result.load(base.save(Path(folder) / "run"))
         assert loaded.history.columns == base.history.columns, f"{name}: columns change in save and load"
         assert torch.equal(_flat(loaded.x).to(_flat(base.x).dtype), _flat(base.x).detach().cpu()), f"{name}: x"
+    return base
 
-        # An interrupted run resumes exactly; a checkpoint of another run is refused.
+
+def _dense(problem: Any, x: Any) -> Any:
+    """A copy of the iterate as a flat tensor (a module's or a dict's parameters flattened)."""
+    params = getattr(problem, "params", None)
+    if params is not None and not isinstance(x, torch.Tensor):
+        x = params.flatten(x, "x")
+    return x.detach().clone() if isinstance(x, torch.Tensor) else None
+
+
+def _check_inside(name: str, problem: Any, points: list[tuple[int, Any]]) -> None:
+    """Every iterate a callback saw lies in a composite problem's domain (a dense iterate of its size)."""
+    domain = getattr(problem, "domain", None)
+    for k, x in points:
+        if domain is None or x is None or x.numel() != domain.size:
+            return
+        try:
+            inside = domain.contains(x.double().cpu().numpy().reshape(domain.shape), tol=1e-6)
+        except DomainError:  # a set known by its LMO alone cannot tell
+            return
+        assert inside, f"{name}: the iterate of iteration {k} is outside the domain ({type(domain).__name__})"
+
+
+def _check_resume(name: str, run: Callable[..., fc.Result]) -> None:
+    """An interrupted run resumes exactly from its checkpoint; a checkpoint of another seed is refused."""
+    with tempfile.TemporaryDirectory() as folder:
         full = run(iters=8, seed=5)
         ckpt = fc.Checkpoint(Path(folder) / "run.ckpt", every=2)
 
@@ -197,15 +270,66 @@ def check_method(name: str, problem: Callable[..., Any] | None = None, **require
         else:
             raise AssertionError(f"{name}: a checkpoint of another seed was resumed")
 
-    # float32 data run in float32.
-    single = run(iters=3, problem=make(dtype=torch.float32))
-    assert _flat(single.x).dtype == torch.float32, f"{name}: float32 data gave {_flat(single.x).dtype}"
 
-    # The stepper takes the iterates of solve.
-    stepper = fc.Stepper(make(), name, seed=3, iters=5, **required)
-    for _ in range(5):
+def _check_not_in_place(name: str, make: Callable[..., Any], required: dict) -> None:
+    """Each step leaves the state it started from as it was: the loop keeps it, to discard an update that
+    crosses the time budget and to checkpoint the last complete state."""
+    stepper = fc.Stepper(make(), name, seed=3, iters=4, **required)
+    for k in range(4):
+        start = stepper.state
+        before = _arrays(start, "state")
         stepper.step()
-    assert torch.equal(_flat(stepper.x), _flat(base.x)), f"{name}: fc.Stepper's iterates differ from fc.solve's"
+        after = _arrays(start, "state")
+        assert [p for p, _ in after] == [p for p, _ in before], f"{name}: step {k} changed the fields of its state"
+        for (path, old), (_, new) in zip(before, after):
+            assert _same(old, new), f"{name}: step {k} changed {path} in place"
+
+
+def _arrays(value: Any, where: str, seen: set[int] | None = None) -> list[tuple[str, Any]]:
+    """(path, copy) of every tensor and array in a state (containers, dataclasses and objects' fields)."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        return [(where, value.detach().clone())]
+    if isinstance(value, np.ndarray):
+        return [(where, torch.as_tensor(value.copy()))]
+    if isinstance(value, dict):
+        parts = [(f"{where}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        parts = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    elif hasattr(value, "__dict__") and not callable(value):
+        parts = [(f"{where}.{k}", v) for k, v in vars(value).items()]
+    else:
+        return []
+    return [found for path, part in parts for found in _arrays(part, path, seen)]
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shapes and entries, NaN equal to NaN."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
+
+
+def _check_nan_stops(name: str, make: Callable[..., Any], run: Callable[..., fc.Result]) -> None:
+    """A map that turns NaN mid-run: a fullcomp error whose result has status "error" and finite rows, or
+    a run that kept every row and x finite."""
+    try:
+        failing = make(nan_after=6)
+    except TypeError:  # a factory without nan_after: the check needs it
+        return
+    try:
+        result = run(iters=12, seed=0, problem=failing)
+    except FullcompError as exc:
+        result = getattr(exc, "result", None)
+        assert result is not None and result.status == "error", f"{name}: {type(exc).__name__} without its result"
+    else:
+        assert torch.isfinite(_flat(result.x)).all(), f"{name}: the run ended {result.status!r} with a NaN x"
+    for row in result.history:
+        bad = [k for k, v in row.items() if isinstance(v, float) and math.isnan(v)]
+        assert not bad, f"{name}: row {row['k']} of a failing map holds NaN in {bad}"
 
 
 # ---- the risk contract: check_risk --------------------------------------------------------------------

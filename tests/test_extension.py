@@ -13,7 +13,7 @@ import torch
 
 import fullcomp as fc
 from fullcomp.algorithms import method as method_module
-from fullcomp.errors import OptionError
+from fullcomp.errors import CheckpointError, OptionError
 from fullcomp.testing import check_method, composite_problem
 from fullcomp.validation import Param, positive
 
@@ -55,10 +55,12 @@ def test_the_contract_test_fails_a_method_that_keeps_state_outside_its_state(mon
 
     def setup(problem, hp, run):
         calls = [0]
+        vertex = torch.zeros(10, dtype=run.dtype)
+        vertex[0] = 1.0
 
-        def step(state, k):
+        def step(state, k):  # a step towards a vertex of the l1 ball: the iterate stays in the domain
             calls[0] += 1
-            x = state["x"] + 1.0 / (calls[0] + 1)
+            x = state["x"] + (vertex - state["x"]) / (calls[0] + 1)
             return {"x": x}, {"objective_estimate": float(x.abs().sum())}
 
         x0 = torch.as_tensor(problem.x0, dtype=run.dtype)
@@ -135,3 +137,139 @@ def test_a_renamed_option_is_refused_naming_its_name(monkeypatch):
             fc.register(fc.Method("stale", fc.CompositeProblem, params, setup, "a stale rename", renamed=renamed))
     with pytest.raises(ValueError, match="adjustable"):
         fc.register(fc.Method("loose", fc.CompositeProblem, params, setup, "adjusts", adjustable=("eta",)))
+
+
+# ---------------------------------------------------------------- the extension API refuses malformed methods
+
+
+def point_setup(step):
+    """A set-up whose plan steps with ``step(state, k, problem, run)`` from {"x": x0}."""
+
+    def setup(problem, hp, run):
+        x0 = torch.as_tensor(problem.x0, dtype=run.dtype, device=run.device)
+        return fc.Plan(lambda state, k: step(state, k, problem, run), {"x": x0}, PointReadout())
+
+    return setup
+
+
+def still(state, k, problem, run):
+    return {"x": state["x"]}, {"objective_estimate": 1.0}
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
+    return method_module.REGISTRY
+
+
+@pytest.mark.parametrize(
+    "make, named",
+    [
+        (lambda: fc.Method("", fc.CompositeProblem, (), point_setup(still), "x"), "method name ''"),
+        (lambda: fc.Method("my method!", fc.CompositeProblem, (), point_setup(still), "x"), "'my method!'"),
+        (lambda: {"name": "as-dict", "setup": point_setup(still)}, "fc.Method"),
+        (lambda: fc.Method("no-setup", fc.CompositeProblem, (), None, "x"), "setup must be a callable"),
+        (lambda: fc.Method("no-kind", "composite", (), point_setup(still), "x"), "problem must be a problem class"),
+    ],
+)
+def test_a_malformed_method_is_refused_at_register(registry, make, named):
+    before = dict(registry)
+    with pytest.raises(OptionError, match=named.replace("(", r"\(").replace("!", "!")):
+        fc.register(make())
+    assert registry == before
+
+
+def test_a_name_is_registered_once_unless_replaced_and_a_built_in_never(registry):
+    first = fc.register(fc.Method("mine", fc.CompositeProblem, (), point_setup(still), "first"))
+    assert fc.register(first) is first  # the same method again: nothing changes
+    second = fc.Method("mine", fc.CompositeProblem, (), point_setup(still), "second")  # the cell run again
+    with pytest.raises(OptionError, match="replace=True"):
+        fc.register(second)
+    assert fc.register(second, replace=True) is second and registry["mine"] is second
+    for replace in (False, True):
+        with pytest.raises(OptionError, match="'hmsfw' is a built-in method"):
+            fc.register(fc.Method("hmsfw", fc.CompositeProblem, (), point_setup(still), "mine"), replace=replace)
+    assert registry["hmsfw"].summary != "mine"
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"step": None}, "step=None"),
+        ({"readout": {"iterate": None}}, "readout="),
+        ({"components": {"glmo": object()}}, "components="),
+        ({"info": [1]}, "info="),
+    ],
+)
+def test_a_plan_checks_its_fields_at_construction(fields, named):
+    good = {"step": still, "state": {"x": torch.zeros(2)}, "readout": PointReadout()}
+    with pytest.raises(OptionError, match=named):
+        fc.Plan(**{**good, **fields})
+
+
+def test_a_setup_returning_another_thing_is_refused_by_name(registry):
+    fc.register(fc.Method("dict-plan", fc.CompositeProblem, (), lambda p, hp, run: {"step": None}, "x"))
+    with pytest.raises(OptionError, match="dict-plan: setup returned a dict, not a fc.Plan"):
+        fc.solve(composite_problem(), "dict-plan", iters=2, progress=False)
+
+
+def test_a_state_a_checkpoint_cannot_hold_is_refused_at_set_up(registry, tmp_path):
+    def setup(problem, hp, run):
+        x0 = torch.as_tensor(problem.x0, dtype=run.dtype)
+        return fc.Plan(lambda s, k: (s, {"objective_estimate": 1.0}), {"x": x0, "rule": lambda k: k}, PointReadout())
+
+    fc.register(fc.Method("lambda-state", fc.CompositeProblem, (), setup, "keeps a function in its state"))
+    steps = []
+    with pytest.raises(CheckpointError, match=r"state\['rule'\] holds a function"):
+        fc.solve(composite_problem(), "lambda-state", iters=3, progress=False, checkpoint=tmp_path / "c.ckpt",
+                 callback=steps.append)
+    assert steps == [] and list(tmp_path.iterdir()) == []
+    assert fc.solve(composite_problem(), "lambda-state", iters=3, progress=False).status == "iterations"
+
+
+# ---------------------------------------------------------------- check_method fails the methods that break a guarantee
+
+
+def walk(state, k, problem, run):  # a random walk that ignores the domain
+    y = state["x"] + torch.randn(state["x"].shape, generator=run.generator, dtype=state["x"].dtype)
+    return {"x": y}, {"objective_estimate": float(y.abs().sum())}
+
+
+def in_place(state, k, problem, run):  # a step towards a vertex, written into the state it started from
+    x = state["x"]
+    x.mul_(0.5)
+    x[0] += 0.5
+    return {"x": x}, {"objective_estimate": float(x.abs().sum())}
+
+
+def nan_hidden(state, k, problem, run):  # the map's values move x; its rows stay finite, NaN or not
+    value = problem.inner(state["x"], problem.sample(run.generator)).sum()
+    return {"x": state["x"] + 0.0 * value}, {"objective_estimate": 1.0}
+
+
+def nan_raw(state, k, problem, run):  # a raw error on a NaN, not a fullcomp one
+    value = float(problem.inner(state["x"], problem.sample(run.generator)).sum())
+    if value != value:
+        raise ValueError("math domain error")
+    return {"x": state["x"]}, {"objective_estimate": value}
+
+
+def double_always(state, k, problem, run):  # computes in float64, whatever the problem's dtype
+    x = state["x"].double()
+    return {"x": x}, {"objective_estimate": float(problem.inner(x, problem.sample(run.generator)).sum())}
+
+
+@pytest.mark.parametrize(
+    "step, guarantee",
+    [
+        (walk, "outside the domain"),
+        (in_place, "changed state\\['x'\\] in place"),
+        (nan_hidden, "a map that returns NaN stops the run"),
+        (nan_raw, "a map that returns NaN stops the run.*ValueError"),
+        (double_always, "x follows the problem's dtype"),
+    ],
+)
+def test_check_method_fails_a_method_that_breaks_a_guarantee(registry, step, guarantee):
+    fc.register(fc.Method("broken", fc.CompositeProblem, (), point_setup(step), "breaks a guarantee"))
+    with pytest.raises(AssertionError, match=guarantee):
+        check_method("broken")

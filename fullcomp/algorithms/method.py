@@ -12,20 +12,23 @@ fingerprint, the result and its status) is done here and in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
+import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fullcomp import distributed
-from fullcomp.errors import ModelError, OptionError
+from fullcomp.errors import CheckpointError, ModelError, OptionError
 from fullcomp.model.captured import stateful_samplers
 from fullcomp.model.fingerprint import problem_fingerprint
 from fullcomp.run.driver import drive, resuming
 from fullcomp.run.options import SHARED, RunOptions
 from fullcomp.run.plan import Plan, Readout
 from fullcomp.run.result import Result
+from fullcomp.serial import ALLOWED, encode
 from fullcomp.validation import Param, check_params
 
 Setup = Callable[[Any, dict, RunOptions], Plan]
@@ -61,34 +64,80 @@ class Method:
 REGISTRY: dict[str, Method] = {}
 
 
-def register(method: Method) -> Method:
+#: A method's name: what ``fullcomp run --method NAME`` takes (a letter, then letters, digits, '-' and '_').
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def register(method: Method, *, replace: bool = False) -> Method:
     """Add ``method`` to the registry, so that ``fc.solve``, ``fc.Stepper``, ``fc.describe`` and ``fullcomp run
     --method`` know it by its name (docs/extending.md shows a whole method).
 
     Parameters
     ----------
     method : Method
-        Its name must be new, and no hyperparameter may take the name of a shared option.
+        Its name is a letter followed by letters, digits, '-' and '_'; its setup is callable, and no
+        hyperparameter may take the name of a shared option.
+    replace : bool, default False
+        Replace the method registered under that name (a notebook cell run again); a built-in method
+        cannot be replaced.
 
     Returns
     -------
     Method
         ``method`` itself, so that a module can keep it: ``SFW = fc.register(fc.Method(...))``.
+
+    Raises
+    ------
+    OptionError
+        A malformed method, or a name already registered (without ``replace=True``, or a built-in's).
     """
-    if method.name in REGISTRY:
-        raise ValueError(f"a method named {method.name!r} is already registered")
+    check_method_fields(method)
+    held = REGISTRY.get(method.name)
+    if held is not None and held is not method:
+        if (getattr(held.setup, "__module__", None) or "").startswith("fullcomp."):
+            raise OptionError(
+                f"fc.register: {method.name!r} is a built-in method and cannot be replaced; register yours "
+                f"under another name (e.g. Method('my-{method.name}', ...))"
+            )
+        if not replace:
+            raise OptionError(
+                f"fc.register: a method named {method.name!r} is already registered; pass "
+                "fc.register(method, replace=True) to replace it, or give yours another name"
+            )
+    REGISTRY[method.name] = method
+    return method
+
+
+def check_method_fields(method: Any) -> None:
+    """An OptionError naming the field of a malformed :class:`Method` and the fix."""
+    if not isinstance(method, Method):
+        raise OptionError(
+            f"fc.register takes a fc.Method(name, problem, params, setup, summary), got a {type(method).__name__}"
+        )
+    name = method.name
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise OptionError(
+            f"fc.register: method name {name!r} is not a name the CLI can take; use a letter followed by letters, "
+            "digits, '-' and '_' (e.g. 'my-method')"
+        )
+    if not isinstance(method.problem, type):
+        raise OptionError(f"{name}: problem must be a problem class (fc.CompositeProblem, fc.DMaxProblem)")
+    if not isinstance(method.params, tuple) or not all(isinstance(p, Param) for p in method.params):
+        raise OptionError(f"{name}: params must be a tuple of fullcomp.validation.Param, got {method.params!r}")
+    if not callable(method.setup):
+        raise OptionError(f"{name}: setup must be a callable setup(problem, hp, run) -> fc.Plan, got {method.setup!r}")
+    if not isinstance(method.summary, str):
+        raise OptionError(f"{name}: summary must be a one-line str")
     names = {p.name for p in method.params}
     clash = names & set(SHARED)
     if clash:
-        raise ValueError(f"{method.name}: hyperparameters {sorted(clash)} shadow shared options")
+        raise OptionError(f"{name}: hyperparameters {sorted(clash)} shadow shared options; rename them")
     stale = {old: new for old, new in method.renamed.items() if old in names or new not in names}
     if stale:
-        raise ValueError(f"{method.name}: renamed={stale} must map names that are not options to options")
+        raise OptionError(f"{name}: renamed={stale} must map names that are not options to options")
     unknown = set(method.adjustable) - names
     if unknown:
-        raise ValueError(f"{method.name}: adjustable names {sorted(unknown)}, which are not hyperparameters")
-    REGISTRY[method.name] = method
-    return method
+        raise OptionError(f"{name}: adjustable names {sorted(unknown)}, which are not hyperparameters")
 
 
 def preset(base: Method, name: str, summary: str, **fixed: Any) -> Method:
@@ -281,6 +330,13 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
     for sampler in samplers.values():
         sampler.reset()
     plan = spec.setup(problem, hp, run)
+    if not isinstance(plan, Plan):
+        raise OptionError(
+            f"{spec.name}: setup returned a {type(plan).__name__}, not a fc.Plan; return "
+            "fc.Plan(step=..., state=..., readout=...) (docs/extending.md)"
+        )
+    if run.checkpoint is not None:  # refused now, not at the first save after updates were spent
+        check_encodable(spec.name, plan.state)
     plan.components = {**plan.components, **samplers, **module_buffers(problem)}
     if run.gap_tol is not None and plan.readout.gap is None:
         raise OptionError(
@@ -294,6 +350,37 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
     if run.horizon_used:
         plan.info["horizon"] = run.resolved_horizon
     return plan
+
+
+def check_encodable(name: str, state: Any) -> None:
+    """A CheckpointError naming the field of ``state`` that a checkpoint cannot hold (a function, a module)."""
+    try:
+        encode(state)
+    except TypeError:
+        where, held = unencodable(state, "state")
+        raise CheckpointError(
+            f"{name}: the plan's {where} holds a {type(held).__name__}, which a checkpoint cannot hold; keep run "
+            "state in tensors, arrays, numbers and containers (or a class decorated with "
+            "fullcomp.serial.encodable), or run without checkpoint="
+        ) from None
+
+
+def unencodable(value: Any, where: str) -> tuple[str, Any]:
+    """(path, value) of the first part of ``value`` that :func:`fullcomp.serial.encode` refuses."""
+    if isinstance(value, dict):
+        parts = [(f"{where}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        parts = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    elif dataclasses.is_dataclass(value) or type(value).__name__ in ALLOWED:
+        parts = [(f"{where}.{k}", v) for k, v in vars(value).items()]
+    else:
+        return where, value
+    for inner, part in parts:
+        try:
+            encode(part)
+        except TypeError:
+            return unencodable(part, inner)
+    return where, value
 
 
 def fingerprint(spec: Method, hp: dict, run: RunOptions, problem: Any) -> dict:

@@ -1,7 +1,8 @@
 """A fingerprint of a run's problem: its structure, its data, and what its callables do.
 
 A checkpoint stores it so that a resume with another problem is caught.  The
-structure is the shapes, the outer expression, every CVXPY parameter's value and
+structure is the shapes, the outer expression, every CVXPY parameter's value (keyed by its name or its
+position, never its id, so a rebuilt identical problem matches) and
 every set's defining numbers; the data hash covers the tensors and arrays
 reachable from the problem's batches, start point and what its callables read
 (the places dtype inference looks: :mod:`fullcomp.model.captured`).  A closure can
@@ -16,6 +17,7 @@ A sampler with a ``fingerprint()`` of its own (``fc.LoaderSampler``: the dataset
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import numpy as np
@@ -58,20 +60,49 @@ def set_numbers(domain: Any) -> str | None:
         elif isinstance(value, (np.ndarray, torch.Tensor)):
             h.update(name.encode() + data_hash(value).encode())
         elif hasattr(value, "parameters") and hasattr(value, "is_dcp"):  # a CVXPY expression or constraint
-            h.update(f"{name}={value}{parameter_values([value])};".encode())
+            h.update(f"{name}={expression_text([value])}{parameter_values([value])};".encode())
         elif isinstance(value, list):
-            text = "".join(str(v) for v in value)
-            h.update(f"{name}={text}{parameter_values(value)};".encode())
+            h.update(f"{name}={expression_text(value)}{parameter_values(value)};".encode())
     return f"{type(domain).__name__}:{h.hexdigest()}"
 
 
+def leaf_names(expressions: list[Any]) -> dict[str, str]:
+    """CVXPY's text names of the unnamed parameters and variables in ``expressions``, each mapped to its kind and
+    position (``param[0]``, ``var[1]``).
+
+    CVXPY names an unnamed leaf after its id (``param66``), which a rebuilt problem changes: a notebook that
+    re-runs its cell makes a new ``cp.Parameter`` of the same value.  Positions in the expressions do not
+    change, and a name the user gave is kept as it is.
+    """
+    names: dict[str, str] = {}
+    for kind, walk in (("param", "parameters"), ("var", "variables")):
+        count = 0
+        for expr in expressions:
+            for leaf in getattr(expr, walk, lambda: [])():
+                own = leaf.name()
+                if own not in names and own == f"{kind}{leaf.id}":
+                    names[own], count = f"{kind}[{count}]", count + 1
+    return names
+
+
+def expression_text(expressions: list[Any]) -> str:
+    """The expressions' text with unnamed leaves named by position (:func:`leaf_names`)."""
+    names = leaf_names(expressions)
+    text = "".join(str(e) for e in expressions)
+    return re.sub(r"\b(?:param|var)\d+\b", lambda m: names.get(m.group(0), m.group(0)), text)
+
+
 def parameter_values(expressions: list[Any]) -> dict[str, list]:
-    """Every CVXPY parameter's value in ``expressions``, by name (the expression's text does not show them)."""
-    found: dict[str, list] = {}
+    """Every CVXPY parameter's value in ``expressions``, in the order the expressions hold them, keyed by its
+    name when given and by its position otherwise (:func:`leaf_names`), never by its id."""
+    names, found = leaf_names(expressions), {}
     for expr in expressions:
         for p in getattr(expr, "parameters", lambda: [])():
-            found[f"{p.name()}#{p.id}"] = None if p.value is None else np.asarray(p.value, dtype=float).tolist()
-    return dict(sorted(found.items(), key=lambda item: int(item[0].rsplit("#", 1)[1])))
+            key = names.get(p.name(), p.name())
+            while key in found and found[key][0] is not p:  # two parameters given one name
+                key += "'"
+            found[key] = (p, None if p.value is None else np.asarray(p.value, dtype=float).tolist())
+    return {key: value for key, (_, value) in found.items()}
 
 
 def _values_hash(*tensors: torch.Tensor | None) -> str:
@@ -160,7 +191,7 @@ def problem_fingerprint(problem: Any, dtype: torch.dtype | None = None, device: 
             "shape": list(problem.domain.shape),
             "domain": set_numbers(problem.domain),
             "n": problem.n,
-            "outer": str(problem.outer.expr),
+            "outer": expression_text([problem.outer.expr]),
             "parameters": parameter_values([problem.outer.expr]),
             "reads": None if problem.reads is None else int(len(problem.reads)),
             "sharded": problem.sharded,

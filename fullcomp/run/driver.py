@@ -19,12 +19,12 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from fullcomp import distributed
-from fullcomp.errors import CallbackError, CheckpointError
+from fullcomp.errors import CallbackError, CheckpointError, OracleError
 from fullcomp.run.budget import Stopwatch
 from fullcomp.run.checkpoint import Checkpoint
 from fullcomp.run.history import History
 from fullcomp.run.options import RunOptions
-from fullcomp.run.plan import Iterate, Plan, Readout, Step
+from fullcomp.run.plan import Iterate, Plan, Readout, RowView, Step
 from fullcomp.run.result import Result
 from fullcomp.serial import missing_fields
 
@@ -87,6 +87,8 @@ class Loop:
         self.own_file = plan.sharded and self.here.parallel
         self.ckpt = own_checkpoint(run, plan.sharded)
         self.metrics: dict[str, None] = dict.fromkeys(self.info.get("metrics", []))  # the callback's, in order
+        # The columns the run writes itself, which a callback may not return (it adds columns of its own).
+        self.own = {"k", "time", "objective", "objective_estimate"} | ({self.readout.gap} - {None})
         self.pending: tuple | None = None  # (row, new_state) of a finished step not yet committed
         self.closed = False  # the last complete state's row is recorded
         if saved is not None:
@@ -100,6 +102,10 @@ class Loop:
         check_saved_state(saved, self.plan, self.ckpt)
         self.state, self.k, self.watch.elapsed = saved["state"], saved["k"], saved["time"]
         self.history = History(r for r in saved["history"] if r["k"] < self.k)
+        metrics = saved.get("metrics")
+        if isinstance(metrics, list) and all(isinstance(m, str) for m in metrics):  # a file before it saved them
+            self.metrics.update(dict.fromkeys(metrics))
+            self.own.update(set(self.history.columns) - set(self.metrics))
         try:
             generators = saved["generators"][self.here.rank] if self.here.parallel else saved["generator"]
             self.options.generator.set_state(generators)
@@ -154,6 +160,7 @@ class Loop:
             with self.watch:
                 new_state, row = self.plan.step(self.state, self.k)
             row = {"k": self.k, "time": started, **row}
+            finite(row, "the step's")
             if self.over_time(self.watch.elapsed):
                 # This update crossed the budget: score the last complete in-budget state, and its time.
                 self.watch.elapsed = started
@@ -217,6 +224,12 @@ class Loop:
         at, every = row["k"], self.options.eval_every
         if last or at == 0 or (every is not None and at % every == 0):
             self.evaluate(row, state)
+            try:
+                finite(row, "the evaluated")
+            except OracleError:
+                self.pending = None  # the update from a state that evaluates to NaN is not kept either
+                raise
+        self.own.update(row)
         stop = False
         if self.options.callback is not None and (last or at % (every or 1) == 0):
             stop = self.call_back(row, state)
@@ -234,19 +247,21 @@ class Loop:
         """Run the callback on the row's state; its metrics join the row.  True asks to stop."""
         at = row["k"]
         try:
-            extra = self.options.callback(Iterate(at, self.readout.iterate(state), row, state))
+            extra = self.options.callback(Iterate(at, self.readout.iterate(state), RowView(row), state))
         except Exception as exc:
             self.history.append(row)
+            if isinstance(exc, CallbackError):  # the row refused a change, and says which
+                raise CallbackError(f"at iteration {at}, {exc}") from exc
             raise CallbackError(f"the callback raised {type(exc).__name__} at iteration {at}: {exc}") from exc
         if extra is False:
             return True
         if isinstance(extra, dict):
-            forged = [key for key in extra if key in row]
+            forged = [key for key in extra if key in row or key in self.own]
             if forged:
                 self.history.append(row)
                 raise CallbackError(
                     f"the callback returned column {forged[0]!r} at iteration {at}, which the run records "
-                    f"itself ({', '.join(row)}); return your metrics under other names"
+                    f"itself ({', '.join(sorted(self.own))}); return your metrics under other names"
                 )
             row.update(extra)
             self.metrics.update(dict.fromkeys(extra))
@@ -283,6 +298,7 @@ class Loop:
             "history": self.history.saved(),
             "components": self.committed["components"],
             "horizon": self.options.resolved_horizon,
+            "metrics": list(self.metrics),
         }
         if self.here.parallel:
             run_state["generators"] = distributed.gather(self.committed["generator"])
@@ -334,6 +350,21 @@ def drive(
     """Run ``plan`` in a :class:`Loop` until the budget is spent (or the callback, convergence or an error
     stops it); its Result."""
     return Loop(plan, run, fingerprint, desc, saved).run()
+
+
+def finite(row: dict, which: str) -> None:
+    """An OracleError naming the column when a row holds NaN, or an infinite objective: the run stops at its
+    last finite state (status "error") instead of recording it."""
+    for key, value in row.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and getattr(value, "ndim", None) != 0:
+            continue
+        value = float(value)
+        if math.isnan(value) or (math.isinf(value) and key in ("objective", "objective_estimate")):
+            raise OracleError(
+                f"{which} row of iteration {row['k']} has {key} = {value}: the run stopped at its last finite "
+                "state, whose rows the error's .result holds; look for a NaN or an overflow in the inner map, its "
+                "data or the step sizes"
+            )
 
 
 def check_saved_state(saved: dict, plan: Plan, ckpt: Checkpoint | None) -> None:

@@ -9,27 +9,57 @@ method's names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fullcomp.errors import CallbackError, OptionError
 from fullcomp.run.history import History
 from fullcomp.run.result import Result
 
 Step = Callable[[Any, int], "tuple[Any, dict]"]
 
 
+class RowView(Mapping):
+    """A read-only view of the row being recorded: the run's record, which a callback reads but cannot change
+    (it returns its own columns instead); a write raises a CallbackError naming the key."""
+
+    def __init__(self, row: dict):
+        self._row = row
+
+    def __getitem__(self, key: str) -> Any:
+        return self._row[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def __repr__(self) -> str:
+        return f"RowView({self._row!r})"
+
+    def _refuse(self, key: Any = None, *args: Any, **kwargs: Any) -> None:
+        what = "the row" if key is None or isinstance(key, Mapping) else f"it.row[{key!r}]"
+        raise CallbackError(
+            f"the callback changed {what}: the row is the run's record and is read-only; return a dict of your "
+            "own columns instead (e.g. return {'my_metric': value}), or copy it with dict(it.row)"
+        )
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse
+
+
 @dataclass
 class Iterate:
     """What a callback sees: the iteration, the iterate x and the row being recorded.
 
-    ``state`` is the method's; later steps may reuse its buffers (and on the structured path, ``reads=``,
-    the buffer of ``x``), so copy what you keep.
+    ``row`` is a read-only :class:`RowView` of the run's record.  ``state`` is the method's; later steps may
+    reuse its buffers (and on the structured path, ``reads=``, the buffer of ``x``), so copy what you keep.
     """
 
     k: int
     x: Any
-    row: dict
+    row: Mapping
     state: Any
 
 
@@ -89,13 +119,29 @@ class Readout:
         return result
 
 
+#: What a plan's fields must be: (check, what the field must be).
+_PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "step": (callable, "a callable step(state, k) -> (new_state, row)"),
+    "readout": (lambda v: isinstance(v, Readout), "an instance of a fc.Readout subclass (it defines iterate(state))"),
+    "components": (
+        lambda v: (
+            isinstance(v, dict) and all(hasattr(c, "state_dict") and hasattr(c, "load_state_dict") for c in v.values())
+        ),
+        "a dict of objects with state_dict() and load_state_dict()",
+    ),
+    "info": (lambda v: isinstance(v, dict), "a dict"),
+    "sharded": (lambda v: isinstance(v, bool), "True or False"),
+}
+
+
 @dataclass
 class Plan:
     """What a method's set-up hands the loop: its update ``step`` from ``state``, and its ``readout``.
 
     ``components`` have ``state_dict``/``load_state_dict`` and are checkpointed with the state (a GLMO's warm
     start, a sampler's position); ``info`` goes into the result's info.  ``sharded``: each rank's state is
-    its own share of the problem (sharded entries), so every rank checkpoints it.
+    its own share of the problem (sharded entries), so every rank checkpoints it.  Each field is checked here,
+    so that a malformed plan is refused by name at set-up, not deep in the loop.
     """
 
     step: Step
@@ -105,5 +151,16 @@ class Plan:
     info: dict = field(default_factory=dict)
     sharded: bool = False
 
+    def __post_init__(self) -> None:
+        for name, (valid, needed) in _PLAN_FIELDS.items():
+            value = getattr(self, name)
+            if not valid(value):
+                raise OptionError(f"fc.Plan({name}={_short(value)}): {name} must be {needed}; see docs/extending.md")
 
-__all__ = ["Iterate", "Plan", "Readout", "Step"]
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"<a {type(value).__name__}>"
+
+
+__all__ = ["Iterate", "Plan", "Readout", "RowView", "Step"]
