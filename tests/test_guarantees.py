@@ -71,6 +71,22 @@ def test_a_box_bound_and_a_cvxpy_parameter_value_are_fingerprinted(tmp_path):
         fc.hmsfw(make(), iters=6, checkpoint=other, progress=False)
 
 
+def _with_parameter(value: float, name: str | None = None) -> fc.CompositeProblem:
+    """The least-squares problem with a penalty weight held by a new cp.Parameter (a notebook cell run again)."""
+    base, weight, u = least_squares(), cp.Parameter(nonneg=True, value=value, name=name), fc.inner_value(4)
+    return fc.CompositeProblem(cp.max(u) + weight * cp.sum(u), base.inner, base.domain, sampler=base.sampler)
+
+
+@pytest.mark.parametrize("name", [None, "lam"])
+def test_a_rebuilt_identical_parameter_resumes_and_a_changed_value_is_refused(name, tmp_path):
+    path = tmp_path / "p.ckpt"
+    fc.hmsfw(_with_parameter(0.1, name), iters=3, checkpoint=path, progress=False)
+    again = fc.hmsfw(_with_parameter(0.1, name), iters=6, checkpoint=path, progress=False)
+    assert again.info["resumed_from"] == 3
+    with pytest.raises(CheckpointError, match=r"problem\.parameters\." + ("param\\[0\\]" if name is None else name)):
+        fc.hmsfw(_with_parameter(0.2, name), iters=9, checkpoint=path, progress=False)
+
+
 def test_a_dmax_function_change_inside_a_closure_is_refused(tmp_path):
     def make(c: float):
         return fc.DMaxProblem(
@@ -228,6 +244,81 @@ def test_a_checkpoint_whose_state_misses_a_field_names_it(tmp_path):
 def test_a_callback_cannot_overwrite_a_reserved_column(method, key):
     with pytest.raises(CallbackError, match=repr(key)):
         run(method, iters=3, callback=lambda it: {key: 99.0})
+
+
+@pytest.mark.parametrize("key", ["objective", "q[0]", "gap_estimate"])
+def test_a_callback_cannot_forge_a_column_the_run_writes_on_other_rows(key):
+    # objective and q[i] are written at the first and last rows only: the rows between lack them.
+    with pytest.raises(CallbackError, match=repr(key).replace("[", r"\[")):
+        run("hmsfw", iters=5, callback=lambda it: {key: -999.0} if 0 < it.k < 4 else None)
+
+
+def test_a_callback_cannot_edit_the_row_in_place(tmp_path):
+    path = tmp_path / "a.ckpt"
+    seen = []
+
+    def edits(it):
+        seen.append(dict(it.row))
+        it.row["k"] = 1000 + it.k
+
+    with pytest.raises(CallbackError, match=r"it\.row\['k'\].*read-only") as caught:
+        run("hmsfw", iters=8, callback=edits, checkpoint=fc.Checkpoint(path, every=2))
+    assert [r["k"] for r in caught.value.result.history] == [0] and seen[0]["k"] == 0
+    resumed = run("hmsfw", iters=8, checkpoint=path)
+    assert [r["k"] for r in resumed.history] == list(range(9))
+
+
+def test_a_callbacks_metrics_survive_a_resume_and_may_be_returned_again(tmp_path):
+    path = tmp_path / "m.ckpt"
+    stop_at_3 = lambda it: False if it.k == 3 else {"mine": float(it.k)}  # noqa: E731
+    run("hmsfw", iters=6, callback=stop_at_3, checkpoint=path)
+    resumed = run("hmsfw", iters=6, callback=lambda it: {"mine": float(it.k)}, checkpoint=path)
+    assert resumed.info["resumed_from"] == 4 and resumed.info["metrics"] == ["mine"]
+    assert [r.get("mine") for r in resumed.history] == [0.0, 1.0, 2.0, None, 4.0, 5.0, 6.0]
+
+
+class _Point(fc.Readout):
+    def iterate(self, state):
+        return state["y"]
+
+
+def test_rows_that_turn_nan_stop_the_run_with_status_error(monkeypatch):
+    from fullcomp.algorithms import method as method_module
+
+    monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
+
+    def setup(problem, hp, run):
+        def step(state, k):
+            return {"y": state["y"]}, {"objective_estimate": float("nan") if k >= 2 else 1.0}
+
+        return fc.Plan(step, {"y": torch.as_tensor(problem.x0, dtype=run.dtype)}, _Point())
+
+    fc.register(fc.Method("nan-rows", fc.CompositeProblem, (), setup, "NaN estimates from k = 2"))
+    with pytest.raises(OracleError, match="iteration 2 has objective_estimate = nan") as caught:
+        fc.solve(composite(), "nan-rows", iters=5, progress=False)
+    result = caught.value.result
+    assert result.status == "error" and "objective_estimate = nan" in result.info["error"]
+    assert [r["k"] for r in result.history] == [0, 1, 2] and "objective_estimate" not in result.history[-1]
+
+
+class _InfiniteObjective(_Point):
+    def objective(self, state):
+        return float("inf")
+
+
+def test_a_readouts_infinite_objective_stops_the_run(monkeypatch):
+    from fullcomp.algorithms import method as method_module
+
+    monkeypatch.setattr(method_module, "REGISTRY", dict(method_module.REGISTRY))
+
+    def setup(problem, hp, run):
+        state = {"y": torch.as_tensor(problem.x0, dtype=run.dtype)}
+        return fc.Plan(lambda s, k: (s, {"objective_estimate": 1.0}), state, _InfiniteObjective())
+
+    fc.register(fc.Method("inf-objective", fc.CompositeProblem, (), setup, "an infinite true objective"))
+    with pytest.raises(OracleError, match="iteration 0 has objective = inf") as caught:
+        fc.solve(composite(), "inf-objective", iters=5, progress=False)
+    assert caught.value.result.status == "error" and len(caught.value.result.history) == 0
 
 
 @pytest.mark.parametrize("value", [5, "stop", [1]])
