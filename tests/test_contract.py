@@ -209,6 +209,18 @@ def test_failing_oracle_keeps_every_finite_row(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_a_step_keeps_its_state_and_the_iterate_stays_in_the_domain(method):
+    # The checks fullcomp.testing.check_method runs on a user's method, held to the built-ins.
+    from fullcomp.testing import _check_inside, _check_not_in_place, _dense
+
+    factory, required = CASES[method]
+    _check_not_in_place(method, factory, required)
+    problem, points = factory(), []
+    run(method, iters=5, seed=3, problem=problem, callback=lambda it: points.append((it.k, _dense(problem, it.x))))
+    _check_inside(method, problem, points)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_failing_callback_keeps_the_run(method):
     def callback(it):
         if it.k == 3:
