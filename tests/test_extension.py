@@ -199,6 +199,8 @@ def test_a_name_is_registered_once_unless_replaced_and_a_built_in_never(registry
         ({"readout": {"iterate": None}}, "readout="),
         ({"components": {"glmo": object()}}, "components="),
         ({"info": [1]}, "info="),
+        ({"readout": None}, "readout=None"),
+        ({"iterate": lambda s: s["x"], "finish": None}, "no field 'iterate', 'finish'.*fc.Readout"),
     ],
 )
 def test_a_plan_checks_its_fields_at_construction(fields, named):
@@ -207,10 +209,11 @@ def test_a_plan_checks_its_fields_at_construction(fields, named):
         fc.Plan(**{**good, **fields})
 
 
-def test_a_setup_returning_another_thing_is_refused_by_name(registry):
+def test_a_setup_returning_another_thing_is_refused_by_name(registry, tmp_path):
     fc.register(fc.Method("dict-plan", fc.CompositeProblem, (), lambda p, hp, run: {"step": None}, "x"))
     with pytest.raises(OptionError, match="dict-plan: setup returned a dict, not a fc.Plan"):
-        fc.solve(composite_problem(), "dict-plan", iters=2, progress=False)
+        fc.solve(composite_problem(), "dict-plan", iters=2, progress=False, checkpoint=tmp_path / "c.ckpt")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_state_a_checkpoint_cannot_hold_is_refused_at_set_up(registry, tmp_path):

@@ -10,7 +10,7 @@ method's names.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fullcomp.errors import CallbackError, OptionError
@@ -134,7 +134,7 @@ _PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-@dataclass
+@dataclass(init=False)
 class Plan:
     """What a method's set-up hands the loop: its update ``step`` from ``state``, and its ``readout``.
 
@@ -147,11 +147,29 @@ class Plan:
     step: Step
     state: Any
     readout: Readout
-    components: dict[str, Any] = field(default_factory=dict)
-    info: dict = field(default_factory=dict)
-    sharded: bool = False
+    components: dict[str, Any]
+    info: dict
+    sharded: bool
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        step: Step,
+        state: Any,
+        readout: Readout | None = None,
+        components: dict[str, Any] | None = None,
+        info: dict | None = None,
+        sharded: bool = False,
+        **unknown: Any,
+    ):
+        if unknown:  # e.g. iterate= and finish=, which a readout holds
+            raise OptionError(
+                f"fc.Plan has no field {', '.join(map(repr, unknown))}; its fields are step, state, readout, "
+                "components, info and sharded: how a state is reported (iterate, finish, ...) is the readout's, "
+                "an fc.Readout subclass (docs/extending.md)"
+            )
+        self.step, self.state, self.readout, self.sharded = step, state, readout, sharded
+        self.components = {} if components is None else components
+        self.info = {} if info is None else info
         for name, (valid, needed) in _PLAN_FIELDS.items():
             value = getattr(self, name)
             if not valid(value):
