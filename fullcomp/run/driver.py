@@ -160,13 +160,13 @@ class Loop:
             with self.watch:
                 new_state, row = self.plan.step(self.state, self.k)
             row = {"k": self.k, "time": started, **row}
-            finite(row, "the step's")
             if self.over_time(self.watch.elapsed):
                 # This update crossed the budget: score the last complete in-budget state, and its time.
                 self.watch.elapsed = started
                 self.closed = True
                 self.record(row, self.state, last=True)
                 return "seconds"
+            finite(row, "the step's")
             self.pending = (row, new_state)
             wants_stop = self.record(row, self.state, last=False)
             if self.here.parallel:  # a callback on any rank stops every rank
