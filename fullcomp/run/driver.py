@@ -358,7 +358,10 @@ def finite(row: dict, which: str) -> None:
     for key, value in row.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) and getattr(value, "ndim", None) != 0:
             continue
-        value = float(value)
+        try:
+            value = float(value)
+        except (TypeError, ValueError, RuntimeError):  # a 0-d value that is no real number (text, complex)
+            continue
         if math.isnan(value) or (math.isinf(value) and key in ("objective", "objective_estimate")):
             raise OracleError(
                 f"{which} row of iteration {row['k']} has {key} = {value}: the run stopped at its last finite "
