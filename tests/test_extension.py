@@ -230,6 +230,27 @@ def test_a_state_a_checkpoint_cannot_hold_is_refused_at_set_up(registry, tmp_pat
     assert fc.solve(composite_problem(), "lambda-state", iters=3, progress=False).status == "iterations"
 
 
+class Warm:
+    """A component whose saved state holds a function."""
+
+    def state_dict(self):
+        return {"pool": [1.0], "rule": print}
+
+    def load_state_dict(self, saved):
+        pass
+
+
+def test_a_component_a_checkpoint_cannot_hold_is_refused_at_set_up(registry, tmp_path):
+    def setup(problem, hp, run):
+        x0 = torch.as_tensor(problem.x0, dtype=run.dtype)
+        return fc.Plan(lambda s, k: (s, {"objective_estimate": 1.0}), {"x": x0}, PointReadout(), {"warm": Warm()})
+
+    fc.register(fc.Method("odd-component", fc.CompositeProblem, (), setup, "a component holding a function"))
+    with pytest.raises(CheckpointError, match=r"component 'warm', whose state_dict\(\)\['rule'\] holds a"):
+        fc.solve(composite_problem(), "odd-component", iters=3, progress=False, checkpoint=tmp_path / "c.ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- check_method fails the methods that break a guarantee
 
 

@@ -335,9 +335,11 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
             f"{spec.name}: setup returned a {type(plan).__name__}, not a fc.Plan; return "
             "fc.Plan(step=..., state=..., readout=...) (docs/extending.md)"
         )
-    if run.checkpoint is not None:  # refused now, not at the first save after updates were spent
-        check_encodable(spec.name, plan.state)
     plan.components = {**plan.components, **samplers, **module_buffers(problem)}
+    if run.checkpoint is not None:  # refused now, not at the first save after updates were spent
+        check_encodable(spec.name, plan.state, "state")
+        for name, component in plan.components.items():
+            check_encodable(spec.name, component.state_dict(), f"component {name!r}, whose state_dict()")
     if run.gap_tol is not None and plan.readout.gap is None:
         raise OptionError(
             f"{spec.name} has no gap or stationarity measure, so gap_tol cannot stop it; drop gap_tol, or use a "
@@ -352,14 +354,15 @@ def planned(spec: Method, problem: Any, hp: dict, run: RunOptions) -> Plan:
     return plan
 
 
-def check_encodable(name: str, state: Any) -> None:
-    """A CheckpointError naming the field of ``state`` that a checkpoint cannot hold (a function, a module)."""
+def check_encodable(name: str, state: Any, root: str) -> None:
+    """A CheckpointError naming the field of ``state`` (the plan's ``root``) that a checkpoint cannot hold (a
+    function, a module)."""
     try:
         encode(state)
     except TypeError:
-        where, held = unencodable(state, "state")
+        where, held = unencodable(state, "")
         raise CheckpointError(
-            f"{name}: the plan's {where} holds a {type(held).__name__}, which a checkpoint cannot hold; keep run "
+            f"{name}: the plan's {root}{where} holds a {type(held).__name__}, which a checkpoint cannot hold; keep run "
             "state in tensors, arrays, numbers and containers (or a class decorated with "
             "fullcomp.serial.encodable), or run without checkpoint="
         ) from None
