@@ -3,9 +3,10 @@
 Like scikit-learn's ``check_estimator``, :func:`check_method` runs the guarantees every built-in method
 keeps on a registered method: bad hyperparameters generated from its declared constraints are refused
 naming the option, seeds reproduce, the result has the common schema and survives save and load, an
-interrupted run resumes exactly from its checkpoint and a foreign checkpoint is refused, float32 data
-run in float32, and :class:`fullcomp.Stepper` takes the iterates of :func:`fullcomp.solve`.  It raises
-``AssertionError`` naming the guarantee that failed.
+interrupted run resumes exactly from its checkpoint and a foreign checkpoint is refused, every iterate
+lies in the domain, a step never changes its state in place, a map that turns NaN stops the run with
+status "error", x follows the problem's dtype and device, and :class:`fullcomp.Stepper` takes the
+iterates of :func:`fullcomp.solve`.  It raises ``AssertionError`` naming the guarantee that failed.
 
 The small problems it runs on are public too (:func:`composite_problem`, :func:`dc_problem`,
 :func:`minimax_problem`); the project's own tests use the same ones.
