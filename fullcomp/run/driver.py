@@ -356,13 +356,14 @@ def finite(row: dict, which: str) -> None:
     """An OracleError naming the column when a row holds NaN, or an infinite objective: the run stops at its
     last finite state (status "error") instead of recording it."""
     for key, value in row.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) and getattr(value, "ndim", None) != 0:
-            continue
-        try:
-            value = float(value)
-        except (TypeError, ValueError, RuntimeError):  # a 0-d value that is no real number (text, complex)
-            continue
-        if math.isnan(value) or (math.isinf(value) and key in ("objective", "objective_estimate")):
+        if type(value) is not float:  # most of a row, and the hot path
+            if isinstance(value, (bool, int, str, complex)) or value is None or getattr(value, "ndim", None) != 0:
+                continue
+            try:
+                value = float(value)
+            except (TypeError, ValueError, RuntimeError):  # a 0-d value that is no real number
+                continue
+        if value - value != 0.0 and (math.isnan(value) or key in ("objective", "objective_estimate")):
             raise OracleError(
                 f"{which} row of iteration {row['k']} has {key} = {value}: the run stopped at its last finite "
                 "state, whose rows the error's .result holds; look for a NaN or an overflow in the inner map, its "
