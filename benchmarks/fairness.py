@@ -1,7 +1,8 @@
 """Logistic regression on UCI Adult under a demographic-parity gap <= 0.05 (sensitive feature: sex).
 
 Contenders, on the same random train/test split per seed (the rows of adult.data and adult.test pooled,
-2/3 train and 1/3 test, features encoded by ``fullcomp_lab.datasets.tabular.adult``):
+2/3 train and 1/3 test, the first ``--rows`` of the training part kept, features encoded by
+``fullcomp_lab.datasets.tabular.adult``):
 
 * ``sklearn LR``: ``LogisticRegression(max_iter=1000)``, no constraint;
 * ``fairlearn EG``: ``ExponentiatedGradient(LogisticRegression(max_iter=1000),
@@ -16,10 +17,10 @@ Reported per contender: the training loss (mean logistic loss), the test accurac
 hard predictions (threshold 0.5; fairlearn's own randomized ``predict``) and of the mean probability, the
 training gap of the mean probability, and the fit time; mean and standard deviation over the seeds.
 
-    python benchmarks/fairness.py                  # 5 seeds, 400 iterations, about 3 minutes on one thread
-    python benchmarks/fairness.py --quick          # 2 seeds on 8,000 training rows, about 30 s
-    python benchmarks/fairness.py --data /path/to/adult
+    python benchmarks/fairness.py --data ../shared/data/adult           # 3 seeds of 8,000 training rows
+    python benchmarks/fairness.py --data ../shared/data/adult --quick   # 2 seeds of 4,000 rows, 300 iterations
 
+The default data path is ``shared/data/adult`` beside the repository.  Every library runs on one thread.
 Nothing is written to disk.
 """
 
@@ -147,9 +148,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with adult.data and adult.test")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=600, help="HMSFW iterations")
+    parser.add_argument("--iters", type=int, default=400, help="HMSFW iterations")
     parser.add_argument("--radius", type=float, default=8.0, help="l2 radius of the weights and bias")
-    parser.add_argument("--rows", type=int, default=16000, help="training rows kept (0: all 32,561)")
+    parser.add_argument("--rows", type=int, default=8000, help="training rows kept (0: all 32,561)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 4,000 training rows, 300 iterations")
     args = parser.parse_args()
     if args.quick:
