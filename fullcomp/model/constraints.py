@@ -57,6 +57,8 @@ class ConstraintValue:
 class Constraints:
     """The constraints of a problem, with the elastic fallback's penalty.
 
+    ``CompositeProblem(constraints=...)`` takes a list, a dict or this object.
+
     Parameters
     ----------
     constraints : list or dict of cvxpy constraints
@@ -69,8 +71,6 @@ class Constraints:
         admit no point of the domain.  Above the constraints' Lagrange
         multipliers it leaves a feasible GLMO's answer unchanged (an exact
         penalty); it must be finite and > 0.
-
-    ``CompositeProblem(constraints=...)`` takes a list, a dict or this object.
     """
 
     def __init__(self, constraints: Any, penalty: float = DEFAULT_PENALTY):
