@@ -195,3 +195,48 @@ def test_bad_constraints_name_the_constraint_and_the_fix():
     unconstrained = fc.CompositeProblem(u[0], group_means, domain, problem.sampler, full_batch=problem.full_batch)
     with pytest.raises(ModelError, match="constraint_report needs"):
         fc.constraint_report(unconstrained, np.zeros(5))
+
+
+def test_the_constrained_glmo_certificate_bounds_its_gap_to_cvxpy():
+    # One GLMO on a random model: the conic route's answer and its LMO certificate against CVXPY's own solve.
+    rng = np.random.default_rng(2)
+    n, d = 4, 6
+    z, V, y = rng.normal(size=n), rng.normal(size=(n, d)), np.zeros(d)
+    u = fc.inner_value(n)
+    problem = fc.CompositeProblem(
+        cp.max(u),
+        lambda x, _: torch.tensor(V) @ x,
+        fc.L1Ball(d, 1.0),
+        constraints=[cp.abs(u[0] - u[1]) <= 0.1, u[2] >= -0.2],
+    )
+    glmo = fc.build_glmo(problem.outer, problem.domain)
+    result = glmo.solve(z, V, y)
+    x = cp.Variable(d)
+    v = z + V @ x
+    ref = cp.Problem(cp.Minimize(cp.max(v)), [cp.norm1(x) <= 1.0, cp.abs(v[0] - v[1]) <= 0.1, v[2] >= -0.2])
+    ref.solve(solver="CLARABEL")
+    assert result.slack == 0.0
+    assert result.value == pytest.approx(ref.value, abs=1e-6)
+    assert result.value - ref.value <= result.gap_bound + 1e-6
+    assert result.gap_bound <= 1e-6
+    with pytest.raises(ModelError, match="route='dual' does not keep"):
+        fc.build_glmo(problem.outer, problem.domain, route="dual")
+
+
+def test_stochastic_hmsfw_and_a_vector_constraint_report_the_largest_violation():
+    problem, (A, y, g) = dp_problem()
+    u = problem.outer.u
+    floors = fc.CompositeProblem(
+        u[0], group_means, problem.domain, problem.sampler, full_batch=problem.full_batch,
+        constraints={"floors": u[1:3] >= np.array([0.2, -0.1])},
+    )
+    result = fc.hmsfw(floors, iters=20, seed=0, progress=False)
+    assert {"glmo_slack", "glmo_gap"} <= set(result.history[-1])
+    (found,) = result.constraints
+    w = np.array([0.1, 0.0, 0.0, 0.0, 0.0])
+    (at_w,) = fc.constraint_report(floors, w)
+    s = A @ w
+    means = np.array([s[g].mean(), s[~g].mean()])
+    np.testing.assert_allclose(at_w.rhs, means, rtol=1e-12)
+    assert at_w.violation == pytest.approx(max(0.2 - means[0], -0.1 - means[1], 0.0), rel=1e-12)
+    assert found.lhs.shape == (2,)
