@@ -240,3 +240,21 @@ def test_stochastic_hmsfw_and_a_vector_constraint_report_the_largest_violation()
     np.testing.assert_allclose(at_w.rhs, means, rtol=1e-12)
     assert at_w.violation == pytest.approx(max(0.2 - means[0], -0.1 - means[1], 0.0), rel=1e-12)
     assert found.lhs.shape == (2,)
+
+
+def test_a_checkpoint_tells_problems_with_other_constraints_apart():
+    from fullcomp.model.fingerprint import problem_fingerprint
+
+    def stamp(bound, penalty):
+        problem, _ = dp_problem(bound=bound)
+        if penalty is not None:
+            u = problem.outer.u
+            keep = fc.Constraints({"dp": cp.abs(u[1] - u[2]) <= bound}, penalty=penalty)
+            problem = fc.CompositeProblem(u[0], group_means, problem.domain, problem.sampler,
+                                          full_batch=problem.full_batch, constraints=keep)
+        return problem_fingerprint(problem)
+
+    base = stamp(0.05, None)
+    assert base["constraints"] == ["dp: abs(f(x)[1] + -(f(x)[2])) <= 0.05"] and base["penalty"] == 100.0
+    assert stamp(0.04, None)["constraints"] != base["constraints"]
+    assert stamp(0.05, 10.0)["penalty"] == 10.0
