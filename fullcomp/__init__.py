@@ -39,6 +39,7 @@ from fullcomp.model import (
     tpauc_cvar,
     tpauc_kl,
 )
+from fullcomp.model.constraints import Constraints, ConstraintValue, constraint_report
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.oracles.tracked import Tracked, TrackedModel
 from fullcomp.persample import PerSample
@@ -119,6 +120,7 @@ __all__ += ["UnitSpectrahedron", "Birkhoff", "Permutahedron", "Product"]
 __all__ += ["LoaderSampler"]
 __all__ += ["layer_domains", "make_feasible", "init_norms"]
 __all__ += ["Grouped", "PerSample"]
+__all__ += ["Constraints", "ConstraintValue", "constraint_report"]
 
 #: Modules of the papers' protocols, which the fullcomp-lab package of this repository holds (``lab/``).
 _LAB_MODULES = {"noise": "fullcomp_lab.noise", "metrics": "fullcomp_lab.metrics", "experiments": "fullcomp_lab"}

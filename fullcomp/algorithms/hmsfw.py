@@ -12,6 +12,7 @@ from fullcomp.algorithms.tracked import TRACKING, TrackedReadout, line_search, n
 from fullcomp.errors import OptionError
 from fullcomp.glmo import ROUTES, build_glmo
 from fullcomp.model.composite import CompositeProblem
+from fullcomp.model.constraints import final_values
 from fullcomp.oracles.tracked import Tracked
 from fullcomp.run import History, Result, RunOptions
 from fullcomp.schedules import VARIANTS, variant_key
@@ -105,6 +106,8 @@ class Algorithm1:
         res = self.solver.solve(z, V, y_in, self.tolerance(k), self.hp["max_pricing"], **arguments)
         objective = self.outer.value(z, numpy(y) if self.outer.depends_on_x else None)
         gaps = {"gap_estimate": objective - res.value, "glmo_gap": res.gap_bound, "pricing_calls": res.calls}
+        if self.outer.constraints is not None:  # the slack of the elastic fallback, 0 at a feasible step
+            gaps["glmo_slack"] = res.slack
         return {"objective_estimate": objective, **gaps, "glmo_converged": int(res.converged)}, res
 
     def warm_shift(self, y: Any, x: Any) -> float:
@@ -166,7 +169,9 @@ class HMSFWReadout(TrackedReadout):
 
     def finish(self, state: HMSFWState, history: History, info: dict) -> Result:
         x = self.point.dense(state.y, state.atoms, state.start)
-        return Result(x, history, info, stand_in="x_entries", **self.returned(state))
+        result = Result(x, history, info, stand_in="x_entries", **self.returned(state))
+        result.constraints = final_values(self.problem, x, state.z)
+        return result
 
 
 def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
@@ -230,7 +235,9 @@ def hmsfw(problem: CompositeProblem, **options: Any) -> Result:
     gamma_0 = g instead.
 
     History rows: ``objective_estimate`` = F(z_k, y_k), ``gap_estimate``, ``glmo_gap``, ``pricing_calls``,
-    ``gamma``, and ``objective`` when the problem can compute phi.  The result holds the trackers ``V`` and
+    ``gamma``, and ``objective`` when the problem can compute phi; with constraints, ``glmo_slack`` (the elastic
+    fallback's slack, 0 when the linearized constraints held) and ``result.constraints`` (each constraint's
+    value and violation at the final point, see ``fc.constraint_report``).  The result holds the trackers ``V`` and
     ``z``; with ``reads``, ``x_entries`` is the iterate at ``reads`` followed by ``track`` (the ``x`` a callback
     sees), ``atoms`` its atomic form and ``x`` the dense point rebuilt from them (None above 5e7 entries).
     """

@@ -23,6 +23,7 @@ from typing import Any
 from fullcomp import distributed
 from fullcomp.errors import CheckpointError, ModelError, OptionError
 from fullcomp.model.captured import stateful_samplers
+from fullcomp.model.constraints import check_method
 from fullcomp.model.fingerprint import problem_fingerprint
 from fullcomp.run.driver import drive, resuming
 from fullcomp.run.options import SHARED, RunOptions
@@ -280,6 +281,7 @@ def validated(problem: Any, method: str, options: dict) -> tuple[Method, dict, A
         raise ModelError(
             f"{spec.name} needs a fc.{spec.problem.__name__}, got {type(problem).__name__} (methods for it: {fits})"
         )
+    check_method(spec.name, spec.setup.__module__, problem)  # a method that would drop the constraints
     options = dict(options)
     check_renamed(spec, options)
     shared = {k: options.pop(k) for k in list(options) if k in SHARED}

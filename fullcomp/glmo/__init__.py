@@ -24,13 +24,17 @@ def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30, dev
     ``dual.AUTO_OUTPUTS`` (32) values, and the set is an l2 ball or a product of l2 balls; column generation
     when F reads only the placeholder and the set has a cheap LMO; and the conic program otherwise.
     ``outer`` is a CVXPY expression in ``fc.inner_value(n)`` (or an already
-    validated :class:`~fullcomp.model.Outer`).  ``device``: the run's torch device, where column
-    generation's LMO does its sparse products when it is a GPU (the rest of every route runs on the host).
+    validated :class:`~fullcomp.model.Outer`).  An outer function with constraints
+    (``CompositeProblem(constraints=...)``) takes the conic route, which keeps them.  ``device``: the run's
+    torch device, where column generation's LMO does its sparse products when it is a GPU (the rest of every
+    route runs on the host).
     """
     if route not in ROUTES:
         raise OptionError(f"route must be one of {ROUTES}, got {route!r}")
     if not isinstance(outer, Outer):
         outer = Outer(outer, domain)
+    if outer.constraints is not None:
+        return constrained_glmo(outer, domain, route)
     if route == "affine" and outer.linear is None:
         raise ModelError("route='affine' needs an outer function affine in the placeholder alone; use 'auto'")
     if route == "affine" or (route == "auto" and outer.linear is not None):
@@ -47,6 +51,16 @@ def build_glmo(outer: Any, domain: Set, route: str = "auto", pool: int = 30, dev
         raise ModelError("route='colgen' needs an outer function of the placeholder only; use 'conic' or 'auto'")
     if route == "colgen" or (route == "auto" and colgen_ok):
         return ColumnGenerationGLMO(outer, domain, pool=pool, device=device)
+    return ConicGLMO(outer, domain)
+
+
+def constrained_glmo(outer: Outer, domain: Set, route: str) -> GLMO:
+    """The conic route, the one that keeps constraints on u: column generation's master and pricing, the dual
+    and the affine routes know F alone (their certificates would not bound the constrained GLMO)."""
+    if route not in ("auto", "conic"):
+        raise ModelError(
+            f"route={route!r} does not keep the problem's constraints; use route='conic' or 'auto' (which takes it)"
+        )
     return ConicGLMO(outer, domain)
 
 

@@ -155,6 +155,9 @@ class GLMOResult:
     weights: np.ndarray = field(default_factory=lambda: np.ones(0))
     converged: bool = field(kw_only=True)  # required: every route must say whether it met tol
     heuristic: int = field(default=0, kw_only=True)  # atoms from a heuristic pricing (not counted in calls)
+    #: The total slack the elastic program gave the problem's constraints (0: the linearized constraints held);
+    #: ``value`` then includes penalty * slack, and the gap bounds the elastic program's.
+    slack: float = field(default=0.0, kw_only=True)
 
 
 def as_numpy(a: Any) -> np.ndarray:

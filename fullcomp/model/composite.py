@@ -17,6 +17,7 @@ from fullcomp.errors import DomainError, ModelError, OptionError, OracleError
 from fullcomp.grouped import values_of
 from fullcomp.model.calculus import solved_value
 from fullcomp.model.captured import captured, data_device, floating_dtypes
+from fullcomp.model.constraints import declared
 from fullcomp.model.params import Params
 from fullcomp.model.placeholder import is_placeholder
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, ZeroAtom
@@ -75,6 +76,9 @@ class Outer:
     solve, see :mod:`fullcomp.model.calculus`); ``depends_on_x`` tells whether F reads the domain variable
     (then only the conic GLMO route applies).
     """
+
+    #: The problem's constraints on u (and x), which the GLMO keeps (:mod:`fullcomp.model.constraints`).
+    constraints: Any = None
 
     def __init__(self, expr: Any, domain: Set):
         if not isinstance(expr, cp.Expression):
@@ -249,6 +253,11 @@ class CompositeProblem:
         the autodiff graph (``.item()``, numpy, ``.detach()``) fails here.
         ``False`` skips it (an expensive map, or one deliberately
         non-differentiable there).
+    constraints : list, dict or fc.Constraints, optional
+        DCP constraints (``<=``, ``>=``, ``==``) in the placeholder of
+        ``outer`` and optionally ``domain.variable``, kept by the GLMO of the
+        Frank-Wolfe methods on the linearized u; see the "Constraints" guide
+        and :func:`fullcomp.constraint_report`.
     """
 
     def __init__(
@@ -265,6 +274,7 @@ class CompositeProblem:
         sharded: bool = False,
         dtype: torch.dtype | None = None,
         check_gradient: bool = True,
+        constraints: Any = None,
     ):
         if not isinstance(domain, Set):
             raise DomainError(
@@ -273,6 +283,7 @@ class CompositeProblem:
             )
         self.domain = domain
         self.outer = Outer(outer, domain)
+        self.outer.constraints = declared(constraints, self.outer.u, domain.variable)
         if not callable(inner):
             raise ModelError(f"inner must be a callable inner(x, batch) -> Tensor, got {type(inner).__name__}")
         #: The variable's named tensors when x0 is a module or a dict of tensors (x is their flat vector), else None.
@@ -464,6 +475,11 @@ class CompositeProblem:
     def start_atom(self) -> Atom:
         """The start point as an atom (seeds column generation on the structured path)."""
         return ZeroAtom(self.domain.shape) if self._x0 is None else DenseAtom(self._x0)
+
+    @property
+    def constraints(self) -> Any:
+        """The declared constraints (a :class:`~fullcomp.model.constraints.Constraints`), or None."""
+        return self.outer.constraints
 
     @property
     def n(self) -> int:

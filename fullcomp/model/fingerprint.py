@@ -175,6 +175,16 @@ def loaders(problem: Any) -> dict:
     return {"loaders": found} if found else {}
 
 
+def constraint_numbers(problem: Any) -> dict:
+    """The constraints' text, penalty and parameters, for a problem that has any (others' fingerprints are
+    left as they were)."""
+    found = problem.constraints
+    if found is None:
+        return {}
+    texts = [f"{name}: {item}" for name, item in zip(found.names, found.items)]
+    return {"constraints": texts, "penalty": found.penalty, "constraint_parameters": parameter_values(found.items)}
+
+
 def problem_fingerprint(problem: Any, dtype: torch.dtype | None = None, device: Any = "cpu") -> dict:
     """Kind, shapes, outer expression and its parameters, sets, data hash, loaders and behaviour of a problem.
 
@@ -196,6 +206,7 @@ def problem_fingerprint(problem: Any, dtype: torch.dtype | None = None, device: 
             "reads": None if problem.reads is None else int(len(problem.reads)),
             "sharded": problem.sharded,
             "data": data_hash(*problem.maps, problem.sampler, problem.full_batch, problem._x0, problem.reads),
+            **constraint_numbers(problem),
             **probe,
         }
     blocks = {name: getattr(problem, name) for name in ("x", "y", "z")}

@@ -43,6 +43,9 @@ class Result:
         #: The weights F puts on each inner value at the final tracked u (the adversary's q of a worst case,
         #: a CVaR, a DRO risk), for a composite problem; None otherwise.
         self.weights: np.ndarray | None = None
+        #: Each declared constraint's value and violation at the returned point (a list of
+        #: :class:`~fullcomp.model.constraints.ConstraintValue`) for a problem with constraints; None otherwise.
+        self.constraints: list | None = None
         #: Other points the method keeps, by name.
         self.points: dict[str, Any] = dict(points or {})
 
@@ -78,6 +81,8 @@ class Result:
     def summary(self) -> dict:
         last = self.history[-1] if len(self.history) else {}
         weights = {} if self.weights is None else {"weights": [float(v) for v in self.weights]}
+        if self.constraints is not None:
+            weights["constraints"] = [c.as_dict() for c in self.constraints]
         return {**{k: plain(v) for k, v in self.info.items()}, "status": self.status, **weights, "final": last}
 
     def save(self, folder: str | os.PathLike) -> Path:
@@ -118,7 +123,7 @@ class Result:
             raise DataError(
                 f"{folder} is not a saved fullcomp run ({exc}); pass a folder written by Result.save"
             ) from None
-        info = {k: v for k, v in summary.items() if k not in ("final", "status", "weights")}
+        info = {k: v for k, v in summary.items() if k not in ("final", "status", "weights", "constraints")}
         x, outputs, stand_in = None, {}, None
         # Only the iterate is saved: x.npy, x.npz, or the one output that stood in for it.
         stand_ins = sorted(p.stem for p in folder.glob("*.npy") if p.stem != "x")
