@@ -464,9 +464,12 @@ class _Held:
         self.flags[i] = value
 
 
-def test_two_processes_never_both_hold_a_lock_free_or_stale(tmp_path):
+@pytest.mark.parametrize("links", [True, False])
+def test_two_processes_never_both_hold_a_lock_free_or_stale(tmp_path, monkeypatch, links):
     import multiprocessing as mp
 
+    if not links:  # a filesystem without hard links (FAT, some network mounts): the racers inherit this
+        monkeypatch.setattr(os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EPERM, "not permitted")))
     ctx, rounds = mp.get_context("fork"), 200
     path = tmp_path / "race.lock"
     barrier, held = ctx.Barrier(4), _Held(ctx, rounds)

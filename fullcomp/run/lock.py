@@ -9,7 +9,8 @@ lock and hard-linked to the lock's name, which fails when the name exists: the l
 or not at all, never empty or half-written, and of several racers one link succeeds.  Taking over a
 dead owner's lock happens under an exclusive ``flock`` of the lock's folder, which the kernel drops
 when its holder dies: the taker looks at the lock again under it, so of several racers that saw the
-same dead owner one removes its file and the others find the winner's record.
+same dead owner one removes its file and the others find the winner's record.  On a filesystem without
+hard links the lock is created and written in place under that flock, so no taker reads it half-written.
 """
 
 from __future__ import annotations
@@ -37,12 +38,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
+#: What os.link raises on a filesystem without hard links (FAT, some network and FUSE mounts).
+NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
+
+
 @contextlib.contextmanager
-def _folder_locked(folder: Path) -> Iterator[None]:
+def _folder_locked(folder: Path, what: str) -> Iterator[None]:
     """Holds an exclusive flock of ``folder`` (released by the kernel if this process dies)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:  # a filesystem without flock (some network mounts)
+            raise CheckpointError(
+                f"{what}: the folder {folder} cannot be locked ({exc.strerror or exc}), so its lock file cannot be "
+                "taken over safely; if the process named in the lock file is gone, delete the lock file"
+            ) from None
         yield
     finally:
         os.close(fd)  # closing drops the flock
@@ -86,12 +97,36 @@ class Lock:
             raise
         return tmp
 
-    def _link(self, record: str) -> bool:
-        """Whether this process made the lock file (False: the name exists)."""
+    def _link(self, record: str, locked: bool = False) -> bool:
+        """Whether this process made the lock file (False: the name exists); ``locked``: the folder's flock
+        is held already."""
         try:
             os.link(record, self.path)
         except FileExistsError:
             return False
+        except OSError as exc:
+            if exc.errno not in NO_LINKS:
+                raise
+            return self._create(record, locked)
+        return True
+
+    def _create(self, record: str, locked: bool) -> bool:
+        """The lock file made and written in place, for a filesystem without hard links: under the folder's
+        flock, which every taker holds while it reads, so none of them sees it empty."""
+        with contextlib.ExitStack() as stack:
+            if not locked:
+                stack.enter_context(_folder_locked(self.path.parent, self.what))
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+            except FileExistsError:
+                return False
+            try:
+                os.write(fd, Path(record).read_bytes())
+            except BaseException:
+                os.unlink(self.path)
+                raise
+            finally:
+                os.close(fd)
         return True
 
     def acquire(self) -> None:
@@ -102,11 +137,11 @@ class Lock:
         try:
             if not self._link(record):
                 self._refuse_if_live()
-                with _folder_locked(self.path.parent):  # one taker at a time looks again and takes over
+                with _folder_locked(self.path.parent, self.what):  # one taker at a time looks again, takes over
                     self._refuse_if_live()
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()  # its owner died
-                    if not self._link(record):  # a new run made it between the unlink and the link
+                    if not self._link(record, locked=True):  # a new run made it between the unlink and the link
                         self._refuse_if_live()
                         raise CheckpointError(f"{self.what}: could not take the lock file {self.path}; try again")
         except OSError as exc:
