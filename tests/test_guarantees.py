@@ -4,6 +4,7 @@ checkpoints, malformed checkpoints, forged rows, and the errors that name the ar
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 import subprocess
@@ -525,3 +526,104 @@ def test_the_cli_keeps_the_run_folder_when_a_checkpoint_save_fails(tmp_path):
         cwd=tmp_path,
     )
     assert done.returncode == 1 and "/proc/nope/run.ckpt" in done.stderr and "Traceback" not in done.stderr
+
+
+def _lock_racer(path, barrier, held, i):
+    from fullcomp.run.lock import Lock
+
+    for _ in range(held.rounds):
+        barrier.wait(30)  # the parent has set the round up
+        lock = Lock(path, "race")
+        try:
+            lock.acquire()
+            held[i] = 1
+        except CheckpointError:
+            pass
+        barrier.wait(30)  # every racer has tried while the winner still holds
+        barrier.wait(30)  # the parent has counted the holders
+        lock.release()
+        barrier.wait(30)
+
+
+class _Held:
+    """Shared flags of which racer holds the lock, and the number of rounds."""
+
+    def __init__(self, ctx, rounds: int):
+        self.flags, self.rounds = ctx.Array("i", 3), rounds
+
+    def __setitem__(self, i, value):
+        self.flags[i] = value
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_two_processes_never_both_hold_a_lock_free_or_stale(tmp_path, monkeypatch, links):
+    import multiprocessing as mp
+
+    if not links:  # a filesystem without hard links (FAT, some network mounts): the racers inherit this
+        monkeypatch.setattr(os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EPERM, "not permitted")))
+    ctx, rounds = mp.get_context("fork"), 200
+    path = tmp_path / "race.lock"
+    barrier, held = ctx.Barrier(4), _Held(ctx, rounds)
+    racers = [ctx.Process(target=_lock_racer, args=(path, barrier, held, i)) for i in range(3)]
+    for racer in racers:
+        racer.start()
+    counts, dead = [], _pid_of_a_finished_process()
+    try:
+        for t in range(rounds):
+            if t % 2:  # half the rounds: a lock left by a dead process, to take over
+                path.write_text(f"{dead} {os.uname().nodename}\n")
+            barrier.wait(30)
+            barrier.wait(30)
+            counts.append(sum(held.flags))
+            held.flags[:] = [0, 0, 0]
+            barrier.wait(30)
+            barrier.wait(30)
+            assert not path.exists()
+    finally:
+        for racer in racers:
+            racer.join(30)
+            if racer.is_alive():
+                racer.kill()
+    assert counts == [1] * rounds and [racer.exitcode for racer in racers] == [0, 0, 0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _full_filesystem(monkeypatch, binary_only=False):
+    """Every write through a file object made by os.fdopen (or every binary one) fails as on a full disk."""
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):
+            if binary_only and isinstance(data, str):
+                return self.fh.write(data)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: Full(real(*a, **k)))
+
+
+def test_a_full_filesystem_names_the_lock_and_leaves_no_file(tmp_path, monkeypatch):
+    _full_filesystem(monkeypatch)
+    with pytest.raises(CheckpointError, match=r"run\.ckpt\.lock.*free space"):
+        fc.hmsfw(composite(), iters=3, progress=False, checkpoint=tmp_path / "run.ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_filesystem_at_a_save_leaves_no_partial_checkpoint(tmp_path, monkeypatch):
+    _full_filesystem(monkeypatch, binary_only=True)  # the lock's text record is written, the checkpoint is not
+    with pytest.raises(CheckpointError, match=r"run\.ckpt.*free space") as caught:
+        fc.hmsfw(composite(), iters=3, progress=False, checkpoint=fc.Checkpoint(tmp_path / "run.ckpt", every=1))
+    assert len(caught.value.result.history) >= 1  # the rows computed before the failed save
+    assert list(tmp_path.iterdir()) == []
+

@@ -552,3 +552,46 @@ def test_data_of_another_dtype_than_the_variable_are_named():  # M5: a raw Runti
             x0=net,
             dtype=torch.float32,
         )
+
+
+@pytest.mark.parametrize("factor", [np.float32(3.0), np.float64(3.0), np.int64(3), torch.tensor(3.0), torch.tensor(3)])
+def test_any_real_scalar_is_a_factor(factor) -> None:
+    net = torch.nn.Linear(3, 2)
+    expected = fc.layer_domains(net, factor=3.0).blocks[0].radius
+    assert fc.layer_domains(net, "l2", factor=factor).blocks[0].radius == expected
+
+
+@pytest.mark.parametrize(
+    "factor", [torch.tensor([3.0]), torch.tensor(3.0 + 1j), torch.tensor(True), np.float32("nan"), -1.0, "3", True]
+)
+def test_a_factor_that_is_not_a_positive_real_scalar_is_named(factor) -> None:
+    with pytest.raises(DomainError, match="factor must be a positive number"):
+        fc.layer_domains(torch.nn.Linear(3, 2), factor=factor)
+
+
+def test_a_lazy_layer_names_itself_and_the_forward_pass_that_fixes_it() -> None:
+    net = torch.nn.Sequential(torch.nn.LazyLinear(3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    for call in (lambda: fc.layer_domains(net), lambda: fc.init_norms(net)):
+        with pytest.raises(ModelError, match=r"'weight' of layer '0' \(LazyLinear\) is not initialized.*forward pass"):
+            call()
+    net(torch.zeros(2, 4))  # the forward pass materializes the parameters
+    assert fc.layer_domains(net).names == ("0.weight", "0.bias", "2.weight", "2.bias")
+
+
+def test_init_norms_leaves_numpy_python_and_torch_random_states_alone() -> None:
+    import random
+
+    class Drawing(torch.nn.Linear):
+        def reset_parameters(self):
+            super().reset_parameters()
+            np.random.rand()
+            random.random()
+
+    net = Drawing(3, 2)  # its constructor draws too: the states are read after it
+    numpy_state, python_state, torch_state = np.random.get_state(), random.getstate(), torch.random.get_rng_state()
+    first = fc.init_norms(net)
+    after = np.random.get_state()
+    assert after[2] == numpy_state[2] and np.array_equal(after[1], numpy_state[1])  # position and key
+    assert random.getstate() == python_state and torch.equal(torch.random.get_rng_state(), torch_state)
+    np.random.rand(7)
+    assert fc.init_norms(net) == first  # the draws do not depend on the global states either

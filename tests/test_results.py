@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import io
+import os
+import threading
+import zipfile
+
+import numpy as np
 import pytest
 import torch
 from contract_cases import composite
@@ -156,3 +162,108 @@ def test_a_run_without_a_dense_iterate_saves_the_output_standing_in_for_it(tmp_p
     loaded = fc.Result.load(result.save(tmp_path / "run"))
     assert sorted(p.name for p in (tmp_path / "run").glob("*.npy")) == ["x_entries.npy"]
     assert loaded.x is None and loaded.stand_in == "x_entries" and torch.equal(loaded.x_entries, kept)
+
+
+@pytest.fixture(scope="module")
+def saved_run():
+    """A short run's result, saved afresh into each test's folder by ``save_into``."""
+    return fc.hmsfw(composite(), iters=2, progress=False)
+
+
+def _crafted(folder, name, text):
+    (folder / name).write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("[1]", "JSON list, not an object"),
+        ('"a string"', "JSON str, not an object"),
+        ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+        ('{"a": ' + "[" * 40 + "]" * 40 + ', "status": "iterations", "final": {}}', "nests deeper than 32"),
+        ('{"status": 3, "final": {}}', "'status' is not a string"),
+        ('{"status": "iterations", "final": [1]}', "'final' is not an object"),
+        ('{"status": "iterations", "final": {}, "weights": ["a"]}', "'weights' is not a list of finite"),
+        ("{not json", "not readable JSON"),
+    ],
+)
+def test_a_crafted_summary_is_refused_by_name(saved_run, tmp_path, text, said):
+    folder = _crafted(saved_run.save(tmp_path / "run"), "summary.json", text)
+    with pytest.raises(fc.errors.DataError, match=rf"summary\.json.*{said}"):
+        fc.Result.load(folder)
+
+
+def _npy_header(shape, dtype="<f8"):
+    """The bytes of a .npy header claiming an array of ``shape``."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def test_an_array_header_claiming_more_than_the_file_holds_is_refused_before_allocating(saved_run, tmp_path):
+    folder = saved_run.save(tmp_path / "run")
+    (folder / "x.npy").write_bytes(_npy_header((10**11,)) + b"\0" * 80)
+    with pytest.raises(fc.errors.DataError, match=r"x\.npy claims 100000000000 entries .* holds 80 bytes"):
+        fc.Result.load(folder)
+    (folder / "x.npy").write_bytes(_npy_header((3,), "|O") + b"\0" * 24)
+    with pytest.raises(fc.errors.DataError, match=r"x\.npy holds object entries"):
+        fc.Result.load(folder)
+
+
+def test_an_archive_member_claiming_more_than_it_holds_is_refused(tmp_path):
+    result = fc.Result({"w": torch.zeros(3, dtype=torch.float64)}, fc.History([{"k": 0}]), {"method": "m"})
+    folder = result.save(tmp_path / "run")
+    with zipfile.ZipFile(folder / "x.npz", "w") as archive:
+        archive.writestr("w.npy", _npy_header((10**11,)) + b"\0" * 24)
+    with pytest.raises(fc.errors.DataError, match=r"x\.npz\[w\.npy\] claims 100000000000 entries"):
+        fc.Result.load(folder)
+    assert torch.equal(fc.Result.load(result.save(tmp_path / "again")).x["w"], torch.zeros(3, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["history.csv", "summary.json", "x.npy"])
+def test_a_fifo_in_a_saved_run_is_refused_without_waiting_on_it(saved_run, tmp_path, name):
+    folder = saved_run.save(tmp_path / "run")
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    raised = []
+
+    def load():
+        try:
+            fc.Result.load(folder)
+        except Exception as exc:  # noqa: BLE001  (checked below, in the test's thread)
+            raised.append(exc)
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(20)
+    if loader.is_alive():  # it waits on the FIFO for a writer: be that writer, so the thread ends
+        with open(folder / name, "wb"):
+            pass
+        loader.join(20)
+        pytest.fail(f"Result.load waited on the FIFO {name}")
+    assert isinstance(raised[0], fc.errors.DataError)
+    assert f"{name} is a FIFO, not a regular file" in str(raised[0])
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("objective\n0.5\n", "no 'k' column"),
+        ("k,objective\n0,nan\n", "line 2 has objective = nan, not a finite number"),
+        ("k,objective_estimate\n0,1.0\n1,inf\n", "line 3 has objective_estimate = inf"),
+        ("k,objective\n0,1.0\n0,1.0\n", "line 3 has k = 0, not an iteration after 0"),
+        ("k,objective\nzero,1.0\n", "k = 'zero'"),
+        ("k,objective\n0,1.0,7\n", "not a readable CSV history"),
+    ],
+)
+def test_a_history_without_k_or_with_a_non_finite_objective_is_refused(saved_run, tmp_path, text, said):
+    folder = _crafted(saved_run.save(tmp_path / "run"), "history.csv", text)
+    with pytest.raises(fc.errors.DataError, match=rf"history\.csv.*{said}"):
+        fc.Result.load(folder)
+
+
+def test_a_saved_run_loads_back_whole(saved_run, tmp_path):
+    loaded = fc.Result.load(saved_run.save(tmp_path / "run"))
+    assert torch.equal(loaded.x, saved_run.x) and loaded.value == saved_run.value
+    assert [row["k"] for row in loaded.history] == [row["k"] for row in saved_run.history]

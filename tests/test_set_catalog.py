@@ -381,3 +381,69 @@ def test_solvers_run_on_a_product_domain_by_both_glmo_routes_and_by_projection()
     assert fc.hmsfw(reads_x, iters=5, progress=False).info["glmo_route"] == "conic"
     projected = fc.psg(problem, iters=10, progress=False)
     assert X.contains(np.asarray(projected.x), tol=1e-7) and problem.objective(projected.x) < start
+
+
+@pytest.mark.parametrize("p", [1.0001, 1.01, 1.5, 2.0 + 1e-6, 3.0, 7.0, 100.0])
+def test_lp_projection_meets_its_optimality_conditions_on_hard_scales(p):
+    # Independent of the code: y = P(v) on the ball of radius r iff ||y||_p <= r and <v - y, y> is the support
+    # function of the ball at v - y, r ||v - y||_q (Hoelder); tiny balls and huge p once overflowed the search.
+    q = p / (p - 1.0)
+    rng = np.random.default_rng(int(p * 1000))
+    for n, scale, radius in itertools.product((2, 7, 400), (1e-3, 1.0, 1e3), (1e-6, 0.7)):
+        v = scale * rng.standard_normal(n)
+        v[0] = 0.0
+        ball = fc.LpBall(n, p, radius)
+        y = ball.project(v)
+        g = v - y
+        assert np.linalg.norm(y, p) <= radius * (1 + 1e-9) and np.isfinite(y).all()
+        support = radius * np.linalg.norm(g / max(np.abs(g).max(), 1e-300), q) * max(np.abs(g).max(), 1e-300)
+        assert g @ y >= support - 1e-9 * max(1.0, np.linalg.norm(v)) * radius
+
+
+@pytest.mark.parametrize("p", [1.01, 1.5, 3.0, 7.0])
+def test_lp_projection_matches_cvxpy(p):
+    rng = np.random.default_rng(3)
+    for n in (1, 5, 12):
+        v = 2.0 * rng.standard_normal(n)
+        z = cp.Variable(n)
+        cp.Problem(cp.Minimize(cp.sum_squares(z - v)), [cp.pnorm(z, p, approx=False) <= 0.7]).solve(solver="CLARABEL")
+        assert np.allclose(fc.LpBall(n, p, 0.7).project(v), z.value, atol=1e-4)
+
+
+@pytest.mark.parametrize("p", [1.0001, 1.3333333, 1.5, 3.0])
+def test_lp_ball_constraints_are_dcp_and_exact_for_any_p(p):
+    # CVXPY rounds p to a fraction of denominator <= 1024 in its cone form: 1.0001 became 1 and was nonconvex.
+    ball = fc.LpBall(5, p, 0.7)
+    (constraint,) = ball.cvxpy_constraints(ball.variable)
+    assert constraint.is_dcp() and constraint.is_dpp()
+    v = np.array([2.0, -1.0, 0.5, 0.0, 3.0])
+    z = cp.Variable(5)
+    cp.Problem(cp.Minimize(cp.sum_squares(z - v)), ball.cvxpy_constraints(z)).solve(solver="CLARABEL")
+    assert np.allclose(z.value, ball.project(v), atol=1e-5)
+
+
+def test_an_outer_function_reading_x_runs_on_an_lp_ball_with_p_near_one():
+    ball = fc.LpBall(5, 1.0001)
+    A = torch.linspace(-1.0, 1.0, 10, dtype=torch.float64).reshape(2, 5)
+    outer = cp.max(fc.inner_value(2)) + 0.1 * cp.norm(ball.variable, 2)
+    result = fc.hmsfw(fc.CompositeProblem(outer, lambda x, b: torch.sin(A @ x), ball), iters=2, progress=False)
+    assert ball.contains(result.x.numpy(), tol=1e-6)
+
+
+def test_a_dense_start_too_large_for_memory_names_its_size(monkeypatch):
+    from fullcomp.sets import base
+
+    monkeypatch.setattr(base, "physical_memory", lambda: 16 * 2**30)
+    said = r"Spectraplex\(n=100000.* needs 74\.5 GiB .* shape \(100000, 100000\).*16\.0 GiB"
+    with pytest.raises(DomainError, match=said):
+        fc.CompositeProblem(
+            cp.max(fc.inner_value(2)), lambda X, b: torch.stack([X[0, 0], X[1, 1]]), fc.Spectraplex(10**5)
+        )
+    with pytest.raises(DomainError, match=r"LpBall.* needs 16\.0 GiB"):
+        fc.LpBall(2**31, 3.0).default_point()
+
+
+@pytest.mark.parametrize("equality", [True, False])
+def test_the_spectraplex_start_is_the_projection_of_the_origin(equality):
+    domain = fc.Spectraplex(5, 2.0, equality=equality)
+    assert np.allclose(domain.default_point(), domain.project(np.zeros((5, 5))), atol=1e-12)

@@ -14,6 +14,7 @@ import scipy.sparse.linalg
 import torch
 
 import fullcomp as fc
+from fullcomp.errors import DomainError
 from fullcomp.sets import lanczos
 from fullcomp.testing import parametrize_set_checks
 
@@ -675,3 +676,19 @@ def test_project_simplex_takes_any_shape_and_total():
     assert flat.min() >= 0 and flat.sum() == pytest.approx(2.5, rel=1e-12)
     np.testing.assert_array_equal(project_simplex([0.2, 0.5, 0.3]), [0.2, 0.5, 0.3])  # the default total is 1
     assert not project_simplex(v, 0.0).any()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_complex_direction_or_point_is_refused_by_name(name):
+    domain = get(name)
+    real = np.linspace(-1.0, 1.0, domain.size).reshape(domain.shape)
+    for value in (real + 5j, (real + 0.5j).tolist(), torch.as_tensor(real) * (1 + 1j)):
+        with pytest.raises(DomainError, match=rf"{type(domain).__name__}\.lmo\(\) received a complex .* direction"):
+            domain.lmo(value)
+        with pytest.raises(DomainError, match=rf"{type(domain).__name__}\.project\(\) received a complex .* point"):
+            domain.project(value)
+    with pytest.raises(DomainError, match=r"contains\(\) received a complex"):
+        domain.contains(real + 1j)
+    with pytest.raises(DomainError, match=r"needs an array of real numbers as its direction"):
+        domain.lmo(np.full(domain.shape, "a"))
+    assert np.allclose(domain.lmo(real.tolist()), domain.lmo(real))  # real input as before

@@ -9,15 +9,18 @@ over the flat vector of the parameters, the domain a ``CompositeProblem(x0=modul
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Mapping
+import numbers
+import random
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from fullcomp.errors import DomainError
+from fullcomp.errors import DomainError, ModelError
 from fullcomp.model.params import Params
 from fullcomp.sets.balls import L1Ball, L2Ball
 from fullcomp.sets.base import Set, check_radius
@@ -46,8 +49,8 @@ def init_norms(module: torch.nn.Module, draws: int = DRAWS, seed: int = 0) -> di
 
     StochasticFrankWolfe's ``get_avg_init_norm``: the mean of ``||p||_2`` over ``draws`` calls of the
     layer's ``reset_parameters()``, here on a copy of the layer on the CPU and under a fixed seed, so the
-    module, its values and the global random state are left as they are and the result is the same on
-    every call.
+    module, its values and the global random states (torch's, numpy's and Python's, which a layer's
+    ``reset_parameters`` may draw from) are left as they are and the result is the same on every call.
 
     Parameters
     ----------
@@ -68,6 +71,7 @@ def init_norms(module: torch.nn.Module, draws: int = DRAWS, seed: int = 0) -> di
     """
     if not isinstance(module, torch.nn.Module):
         raise DomainError(f"init_norms needs a torch.nn.Module, got {type(module).__name__}")
+    check_initialized(module, "init_norms")
     if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
         raise DomainError(f"draws must be a positive int, got {draws!r}")
     owners = _owners(module)
@@ -80,7 +84,7 @@ def init_norms(module: torch.nn.Module, draws: int = DRAWS, seed: int = 0) -> di
             continue
         layer = copy.deepcopy(sub).to("cpu")
         totals = dict.fromkeys((name for name, _ in members), 0.0)
-        with torch.random.fork_rng(devices=[]):  # the CPU generator only, restored on exit
+        with torch.random.fork_rng(devices=[]), _global_random_kept():  # the copy is on the CPU: its generator
             torch.random.default_generator.manual_seed(seed)
             for _ in range(draws):
                 layer.reset_parameters()
@@ -88,6 +92,40 @@ def init_norms(module: torch.nn.Module, draws: int = DRAWS, seed: int = 0) -> di
                     totals[name] += float(torch.linalg.vector_norm(getattr(layer, attr).double()))
         out.update({name: total / draws for name, total in totals.items()})
     return out
+
+
+@contextlib.contextmanager
+def _global_random_kept() -> Iterator[None]:
+    """numpy's and Python's global random states, restored on exit: a layer's reset_parameters() may draw from
+    them (np.random.rand, random.random) as well as from torch's generator."""
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+
+
+def check_initialized(module: torch.nn.Module, caller: str) -> None:
+    """A ModelError naming the layer when ``module`` holds a lazy layer's parameter not yet materialized."""
+    for layer_name, layer in module.named_modules():
+        for attr, p in layer.named_parameters(recurse=False):
+            if isinstance(p, torch.nn.parameter.UninitializedParameter):
+                where = f"layer {layer_name!r} ({type(layer).__name__})" if layer_name else type(layer).__name__
+                raise ModelError(
+                    f"{caller}: parameter {attr!r} of {where} is not initialized yet (a lazy layer learns its "
+                    "shape from its first input); run one forward pass first, module(batch), then call "
+                    f"{caller} again"
+                )
+
+
+def _positive(value: Any, name: str) -> float:
+    """A positive finite real given as a Python or numpy number or a 0-d real tensor, as a float."""
+    if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_complex() and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise DomainError(f"{name} must be a positive number, got {value!r}; pass e.g. {name}=10.0")
+    return float(value)
 
 
 def _count(k: int | float, size: int, name: str) -> int:
@@ -107,7 +145,7 @@ def layer_domains(
     module: torch.nn.Module,
     kind: str = "l2",
     radius: float | Mapping[str, float] | None = None,
-    factor: float = 10.0,
+    factor: float | np.floating | torch.Tensor = 10.0,
     k: int | float | None = None,
     draws: int = DRAWS,
 ) -> Product:
@@ -136,7 +174,8 @@ def layer_domains(
         follow ``factor``).  None: every block follows ``factor``.
     factor : float, default 10.0
         The multiple of the expected initialization norm, for the blocks
-        without a given radius.
+        without a given radius: any positive real (a numpy scalar or a 0-d
+        tensor too).
     k : int or float, optional
         For ``"k-sparse"`` only, required there: the number of nonzero
         entries of a vertex, an int (at most the block's size) or a fraction
@@ -155,10 +194,14 @@ def layer_domains(
         An unknown kind, a bad radius, factor or k, or a parameter whose
         layer has no ``reset_parameters()`` and no radius given (pass
         ``radius={name: r}``).
+    ModelError
+        A lazy layer (``torch.nn.LazyLinear``) whose parameters are not
+        materialized yet: run one forward pass first.
     """
 
     if not isinstance(module, torch.nn.Module):
         raise DomainError(f"layer_domains needs a torch.nn.Module, got {type(module).__name__}")
+    check_initialized(module, "layer_domains")
     params = Params(module, "module")
     if kind not in KINDS:
         raise DomainError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -168,8 +211,7 @@ def layer_domains(
             if k is None
             else f"k= applies to kind='k-sparse' only, not {kind!r}"
         )
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
-        raise DomainError(f"factor must be a positive number, got {factor!r}")
+    factor = _positive(factor, "factor")
     given: Mapping[str, float] = {}
     if isinstance(radius, Mapping):
         unknown = [n for n in radius if n not in params.names]
@@ -292,6 +334,7 @@ def make_feasible(module: torch.nn.Module, domain: Set, method: str = "project")
 
     if not isinstance(module, torch.nn.Module):
         raise DomainError(f"make_feasible needs a torch.nn.Module, got {type(module).__name__}")
+    check_initialized(module, "make_feasible")
     if not isinstance(domain, Set):
         raise DomainError(f"domain must be a fullcomp set, got {type(domain).__name__}")
     if method not in ("project", "rescale"):

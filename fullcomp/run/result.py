@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fullcomp.errors import DataError
 from fullcomp.run.history import History, plain, write_atomic
+from fullcomp.run.saved import read_array, read_arrays, read_history, read_summary
 
 #: Why a run stopped: its budget of iterations or seconds, the callback, convergence, or an error.
 STATUSES = ("iterations", "seconds", "callback", "converged", "error")
@@ -111,40 +113,32 @@ class Result:
     def load(cls, folder: str | os.PathLike) -> Result:
         """A saved run: its history, info and iterate (``x`` as a tensor, or a dict of tensors from ``x.npz``).
 
-        Arrays are read with ``allow_pickle=False``, so a folder from elsewhere never runs code.
+        Every file is checked before it is used: each must be a regular file (a FIFO or a device is refused
+        unopened), ``summary.json`` an object of run fields, ``history.csv`` a history with a ``k`` column and
+        finite objectives, and an array file's header must match the bytes it holds before anything is
+        allocated.  Arrays are read with ``allow_pickle=False``, so a folder from elsewhere never runs code.
+        A file that fails a check is a :class:`~fullcomp.errors.DataError` naming it and what is wrong.
         """
-        from fullcomp.errors import DataError
-
         folder = Path(folder)
-        try:
-            summary = json.loads((folder / "summary.json").read_text())
-            history = History.read_csv(folder / "history.csv")
-        except (OSError, ValueError) as exc:
-            raise DataError(
-                f"{folder} is not a saved fullcomp run ({exc}); pass a folder written by Result.save"
-            ) from None
+        if not folder.is_dir():
+            raise DataError(f"{folder} is not a folder; pass a folder written by Result.save")
+        summary = read_summary(folder / "summary.json")
+        history = read_history(folder / "history.csv")
         info = {k: v for k, v in summary.items() if k not in ("final", "status", "weights", "constraints")}
         x, outputs, stand_in = None, {}, None
         # Only the iterate is saved: x.npy, x.npz, or the one output that stood in for it.
         stand_ins = sorted(p.stem for p in folder.glob("*.npy") if p.stem != "x")
-        path = next((folder / n for n in ("x.npy", "x.npz") if (folder / n).exists()), None)
+        path = next((folder / n for n in ("x.npy", "x.npz") if os.path.lexists(folder / n)), None)
         path = path or (folder / f"{stand_ins[0]}.npy" if stand_ins else None)
-        try:
-            if path is not None and path.suffix == ".npz":
-                with np.load(path, allow_pickle=False) as arrays:
-                    x = {k: torch.from_numpy(arrays[k]) for k in arrays.files}
-            elif path is not None and path.stem == "x":
-                x = torch.from_numpy(np.load(path, allow_pickle=False))
-            elif path is not None:
-                stand_in = path.stem
-                outputs[stand_in] = torch.from_numpy(np.load(path, allow_pickle=False))
-        except (OSError, ValueError, TypeError, EOFError) as exc:
-            raise DataError(
-                f"{path} is not an array file fullcomp can read without running code ({exc}); "
-                "write it with Result.save, or remove it"
-            ) from None
+        if path is not None and path.suffix == ".npz":
+            x = {k: torch.from_numpy(v) for k, v in read_arrays(path).items()}
+        elif path is not None and path.stem == "x":
+            x = torch.from_numpy(read_array(path))
+        elif path is not None:
+            stand_in = path.stem
+            outputs[stand_in] = torch.from_numpy(read_array(path))
         result = cls(x, history, info, stand_in=stand_in, **outputs)
-        if isinstance(summary.get("weights"), list):
+        if "weights" in summary:
             result.weights = np.asarray(summary["weights"], dtype=np.float64)
         return result
 

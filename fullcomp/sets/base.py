@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,6 +46,28 @@ def check_radius(radius: float, name: str = "radius") -> float:
     return radius
 
 
+def physical_memory() -> int | None:
+    """This machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_dense(domain: Set, what: str) -> None:
+    """A DomainError naming the size when one float64 array of ``domain``'s shape would take more than half of
+    this machine's memory: a dense start or iterate of that size cannot be used (a method keeps several), and
+    numpy's allocation failure would not say which set asked for it."""
+    need, memory = 8 * domain.size, physical_memory()
+    if memory is not None and need > memory // 2:
+        raise DomainError(
+            f"{domain!r} needs {need / 2**30:.1f} GiB for {what} of shape {domain.shape}, more than half of this "
+            f"machine's {memory / 2**30:.1f} GiB of memory, and fullcomp's dense methods keep several such "
+            "arrays: use a smaller set (e.g. a lower-dimensional parametrization), or run on a machine with more "
+            "memory"
+        )
+
+
 #: The methods :class:`Set` adapts in every subclass that defines them (see :meth:`Set.__init_subclass__`).
 ADAPTED = ("lmo", "project")
 
@@ -58,6 +81,39 @@ def _result_dtype(point: Any) -> Any:
         return point.dtype if point.is_floating_point() else torch.float64
     dtype = getattr(point, "dtype", None)
     return dtype if dtype is not None and np.issubdtype(dtype, np.floating) else _FLOAT64
+
+
+#: The argument of each adapted method, as errors name it.
+ARGUMENT = {"lmo": "direction", "project": "point", "contains": "point"}
+
+
+def _complex_message(owner: Set, name: str, kind: str) -> str:
+    argument = ARGUMENT.get(name, "input")
+    return (
+        f"{type(owner).__name__}.{name}() received a complex {kind} as its {argument}; sets are real, and dropping "
+        f"the imaginary part would silently answer another question: pass real numbers (e.g. the real part, "
+        f"{argument}.real, if that is what you mean)"
+    )
+
+
+def _refuse_complex(owner: Set, point: Any) -> None:
+    """A DomainError when ``contains`` is given complex numbers (a cast would drop their imaginary parts)."""
+    if point.is_complex() if isinstance(point, torch.Tensor) else np.iscomplexobj(point):
+        raise DomainError(_complex_message(owner, "contains", "array"))
+
+
+def _real_array(owner: Set, point: Any, name: str) -> np.ndarray:
+    """``point`` (an array, a list, a number) as a float64 array; a DomainError for complex or non-numeric entries."""
+    array = np.asarray(point)
+    if array.dtype.kind == "c" or (array.dtype == object and any(isinstance(v, complex) for v in array.flat)):
+        raise DomainError(_complex_message(owner, name, "array"))
+    try:
+        return array.astype(np.float64)
+    except (TypeError, ValueError):
+        raise DomainError(
+            f"{type(owner).__name__}.{name}() needs an array of real numbers as its {ARGUMENT.get(name, 'input')}, "
+            f"got entries of type {array.dtype}"
+        ) from None
 
 
 def adapt(fn: Callable[..., Any]) -> Callable[..., Array]:
@@ -80,6 +136,8 @@ def adapt(fn: Callable[..., Any]) -> Callable[..., Array]:
             if type(out) is not np.ndarray or out.dtype is not _FLOAT64:
                 out = np.asarray(out, dtype=_FLOAT64)
         elif isinstance(point, torch.Tensor):
+            if point.is_complex():
+                raise DomainError(_complex_message(self, name, "tensor"))
             if self.takes_tensors:
                 self._check_shape(tuple(point.shape), "an input")
                 if not bool(torch.isfinite(point).all()):
@@ -90,7 +148,7 @@ def adapt(fn: Callable[..., Any]) -> Callable[..., Array]:
                 out = fn(self, self._check(point.detach().cpu().numpy().astype(np.float64)), *args, **kwargs)
             out = torch.as_tensor(out, dtype=_result_dtype(point), device=point.device)
         else:
-            out = fn(self, self._check(np.asarray(point, dtype=np.float64)), *args, **kwargs)
+            out = fn(self, self._check(_real_array(self, point, name)), *args, **kwargs)
             out = np.asarray(out, dtype=_result_dtype(point))
         if out.shape != self.shape:
             self._check_shape(tuple(out.shape), f"{name}()'s result")
@@ -106,6 +164,7 @@ def adapt_contains(fn: Callable[..., bool]) -> Callable[..., bool]:
 
     @functools.wraps(fn)
     def contains(self: Set, point: Array, *args: Any, **kwargs: Any) -> bool:
+        _refuse_complex(self, point)
         if isinstance(point, torch.Tensor) and not self.takes_tensors:
             point = point.detach().cpu().numpy()
         return bool(fn(self, point, *args, **kwargs))
@@ -281,6 +340,7 @@ class Set(ABC):
         return None
 
     def contains(self, point: Array, tol: float = 1e-9) -> bool:
+        _refuse_complex(self, point)
         p = point.detach().cpu().numpy() if isinstance(point, torch.Tensor) else np.asarray(point, float)
         if not self.has_project:
             # A set known by its LMO alone: the one point it is sure of is its own default start (an LMO
@@ -303,6 +363,7 @@ class Set(ABC):
     def default_point(self) -> np.ndarray:
         """The start used when the user gives none: the origin, or its projection; for a set with neither
         ``project`` nor ``contains``, the LMO's point for the all-ones direction (a point of X by definition)."""
+        check_dense(self, "its default start (a dense point)")
         zero = np.zeros(self.shape)
         if self.has_project:
             return zero if self.contains(zero) else np.asarray(self.project(zero))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import cvxpy as cp
 import numpy as np
@@ -12,9 +13,11 @@ from fullcomp.errors import DomainError
 from fullcomp.sets.base import Set, as_shape, check_radius
 from fullcomp.sets.combinatorial import check_count, project_capped
 
-#: Bisection steps of the per-entry equation in the l_p projection: halving [0, a_i] this often resolves
-#: y_i to rounding.
-LP_BISECTIONS = 64
+#: Newton steps of the l_p projection's per-entry equation per multiplier (from bounds within a factor 2 of the
+#: root, or the previous multiplier's solution, it takes a handful), and of the search for the multiplier.
+LP_NEWTON_STEPS, LP_OUTER_STEPS = 60, 200
+#: The largest denominator of CVXPY's rational p in its second-order-cone form of a p-norm (cp.pnorm's max_denom).
+CVXPY_DENOMINATOR = 1024
 
 
 def top_k_abs_sum(x: np.ndarray, k: int) -> float:
@@ -33,6 +36,95 @@ def check_p(p) -> float:
     return p
 
 
+class LpConditions:
+    """The l_p projection's optimality conditions on magnitudes ``a`` in [0, 1]: y_i + c y_i^(p-1) = a_i for the
+    multiplier's c = lam p, solved for all i at once by Newton's method.
+
+    The equation is convex in y for p >= 2 and in w = y^(p-1) for p < 2 (y = w^r, r = 1/(p-1) > 1): there
+    Newton's iterate lands at or above the root from any start and then decreases to it, and it is capped by
+    the upper bounds min(a, (a/c)^(1/(p-1))) (in w: min(a^(p-1), a/c)), which are within a factor 2 of the
+    root.  Each step costs one power, k = c y^(p-2) (formed from logs, since c overflows for a large p and a
+    small ball) or k = w^(r-1); the iterate is kept between calls, so the outer search's nearby multipliers
+    converge in one or two steps.
+    """
+
+    def __init__(self, a: np.ndarray, p: float):
+        self.a, self.p = a, p
+        self.in_y = p >= 2
+        self.e = p - 2.0 if self.in_y else 1.0 / (p - 1.0) - 1.0  # k = c x^e (p >= 2), x^e (p < 2)
+        with np.errstate(divide="ignore"):
+            self.log_a = np.log(a) if self.in_y else None
+        self.a_bound = None if self.in_y else a ** (p - 1.0)  # w <= a^(p-1), whatever c
+        self.x: np.ndarray | None = None
+
+    def _power(self, x: np.ndarray, log_c: float) -> np.ndarray:
+        if not self.in_y:
+            return x**self.e
+        with np.errstate(divide="ignore"):
+            return np.exp(log_c + self.e * np.log(x))
+
+    def solve(self, log_c: float) -> tuple[np.ndarray, np.ndarray]:
+        """x (y for p >= 2, w for p < 2) at the multiplier c = exp(log_c), and k at x."""
+        a, p = self.a, self.p
+        c = math.exp(min(log_c, 700.0))  # used for p < 2 only, where the root keeps c <= 1 / w
+        if self.in_y:
+            bound = np.minimum(a, np.exp((self.log_a - log_c) / (p - 1.0)))
+        else:
+            bound = np.minimum(self.a_bound, a / c)
+        x = bound if self.x is None else np.minimum(self.x, bound)
+        for _ in range(LP_NEWTON_STEPS):
+            k = self._power(x, log_c)
+            if self.in_y:
+                step = (x + k * x - a) / (1.0 + (p - 1.0) * k)
+            else:
+                step = (k * x + c * x - a) / ((self.e + 1.0) * k + c)
+            x = np.clip(x - step, 0.0, bound)
+            # Newton's error squares: after a step of 1e-9 relative the iterate is at rounding (an all-eps test
+            # could wait forever on entries that rounding moves by an ulp).
+            if np.all(np.abs(step) <= 1e-9 * x + 1e-300):
+                break
+        self.x = x
+        return x, self._power(x, log_c)
+
+    def gap(self, log_c: float, log_target: float) -> tuple[float, float, np.ndarray]:
+        """log sum y^p - ``log_target`` at c = exp(log_c), its derivative in log c, and y."""
+        x, k = self.solve(log_c)
+        weighted = k * x * x  # c y^p for p >= 2 (k = c y^(p-2)); y^p = w^(r+1) for p < 2 (k = w^(r-1))
+        total = float(weighted.sum())
+        if total == 0:
+            return -math.inf, 0.0, x
+        if self.in_y:
+            rate = -self.p * float((k * weighted / (1.0 + (self.p - 1.0) * k)).sum()) / total
+            return math.log(total) - log_c - log_target, rate, x
+        c = math.exp(min(log_c, 700.0))
+        rate = -self.p * c * float((weighted / (k + c * (self.p - 1.0))).sum()) / total
+        return math.log(total) - log_target, rate, k * x
+
+
+def lp_project_magnitudes(a: np.ndarray, radius: float, p: float) -> np.ndarray:
+    """The projection of magnitudes ``a`` in [0, 1] (||a||_p > radius > 0) onto the l_p ball of ``radius``: the y
+    of :class:`LpConditions` at the multiplier where ||y||_p = radius.
+
+    Newton's method on log ||y||_p^p - log radius^p in log c, which is linear for large c (there
+    y_i ~ (a_i / c)^(1/(p-1))): from the upper end it needs few steps.  A step that would leave the bracket
+    bisects it, or steps down by e^8 while its lower end is unknown.
+    """
+    conditions, log_target = LpConditions(a, p), p * math.log(radius)
+    # At c >= ||a||_q / radius^(p-1) every y_i <= (a_i / c)^(1/(p-1)) has ||y||_p <= radius.
+    low, high = -math.inf, math.log(np.linalg.norm(a, p / (p - 1.0))) - (p - 1.0) * math.log(radius)
+    log_c = high
+    for _ in range(LP_OUTER_STEPS):
+        gap, rate, y = conditions.gap(log_c, log_target)
+        low, high = (log_c, high) if gap > 0 else (low, log_c)
+        step = gap / rate if rate < 0 and math.isfinite(gap) else math.inf
+        if abs(gap) <= 1e-14 or abs(step) <= 1e-15 * max(1.0, abs(log_c)) or high - low <= 1e-14:
+            break
+        log_c -= step
+        if not low < log_c < high:
+            log_c = 0.5 * (low + high) if math.isfinite(low) else high - 8.0
+    return y
+
+
 def easy_projection(ball: LpBall | KNormBall, v: np.ndarray) -> np.ndarray | None:
     """The projection of ``v`` onto a norm ball where it needs no search: ``v`` itself inside the ball, the origin
     for radius 0; None otherwise."""
@@ -48,7 +140,8 @@ class LpBall(Set):
 
     LMO (Hoelder's equality case): -radius sign(d) |d|^(q-1) / ||d||_q^(q-1) with 1/p + 1/q = 1;
     for p = inf, -radius sign(d). The projection solves, for the multiplier lam of the norm constraint,
-    y_i + lam p y_i^(p-1) = |v_i| entrywise (bisection), with lam the root of ||y(lam)||_p = radius.
+    y_i + lam p y_i^(p-1) = |v_i| entrywise (Newton's method on all entries at once), with lam the root of
+    ||y(lam)||_p = radius (:func:`lp_project_magnitudes`).
     """
 
     def __init__(self, shape, p: float, radius: float = 1.0):
@@ -97,28 +190,8 @@ class LpBall(Set):
             return v * (self.radius / np.linalg.norm(v))
         # Homogeneity: project v / s onto the ball of radius / s, with s = max |v| keeping every power in [0, 1].
         s = float(np.abs(v).max())
-        a, radius, p = np.abs(v.ravel()) / s, self.radius / s, self.p
-
-        def entries(lam: float) -> np.ndarray:
-            # y + lam p y^(p-1) = a has one root in [0, a] (the left side increases in y from 0).
-            lo, hi = np.zeros_like(a), a.copy()
-            for _ in range(LP_BISECTIONS):
-                mid = 0.5 * (lo + hi)
-                low = mid + lam * p * mid ** (p - 1.0) < a
-                lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
-            return 0.5 * (lo + hi)
-
-        def excess(log_lam: float) -> float:
-            return float(np.sum(entries(math.exp(log_lam)) ** p)) - radius**p
-
-        # At lam >= ||a||_q / (p radius^(p-1)) every y_i <= (a_i / (lam p))^(1/(p-1)) has ||y||_p <= radius;
-        # below, lam shrinks by e^8 until ||y||_p exceeds radius. The root is searched in log lam.
-        high = math.log(np.linalg.norm(a, self.q)) - math.log(p) - (p - 1.0) * math.log(radius)
-        low = high - 8.0
-        while excess(low) <= 0:
-            low -= 8.0
-        log_lam = brentq(excess, low, high, xtol=1e-14, rtol=4 * np.finfo(float).eps)
-        y = entries(math.exp(log_lam))
+        y = lp_project_magnitudes(np.abs(v.ravel()) / s, self.radius / s, self.p)
+        y *= min(1.0, (self.radius / s) / max(self.norm(y), np.finfo(float).tiny))  # on the ball, not past it
         return s * np.sign(v) * y.reshape(v.shape)
 
     def contains(self, point, tol: float = 1e-9) -> bool:
@@ -126,7 +199,12 @@ class LpBall(Set):
         return bool(p.shape == self.shape and self.norm(p) <= self.radius + tol * max(1.0, self.diameter))
 
     def cvxpy_constraints(self, var):
-        return [cp.norm(cp.vec(var, order="C"), self.p) <= self.radius]
+        flat = cp.vec(var, order="C")
+        if math.isinf(self.p) or Fraction(self.p).limit_denominator(CVXPY_DENOMINATOR) == self.p:
+            return [cp.norm(flat, self.p) <= self.radius]
+        # CVXPY rounds p to a fraction of denominator <= 1024 for its cone form; p = 1.0001 rounds to 1, an atom
+        # CVXPY then calls nonconvex. The power-cone form keeps p exact.
+        return [cp.pnorm(flat, self.p, approx=False) <= self.radius]
 
     def __repr__(self) -> str:
         return f"LpBall(shape={self.shape}, p={self.p}, radius={self.radius})"

@@ -11,7 +11,7 @@ import scipy.sparse.linalg as spla
 
 from fullcomp.errors import DomainError
 from fullcomp.sets.balls import project_simplex
-from fullcomp.sets.base import Set, check_radius
+from fullcomp.sets.base import Set, check_dense, check_radius
 from fullcomp.sets.combinatorial import square_shape
 
 #: Up to this order the smallest eigenpair comes from a dense eigensolve restricted to it (LAPACK's
@@ -44,6 +44,13 @@ class Spectraplex(Set):
         if self.n > 1:
             return self.trace * math.sqrt(2.0)
         return 0.0 if self.equality else self.trace
+
+    def default_point(self) -> np.ndarray:
+        """The projection of the origin, without an eigendecomposition: (trace / n) I, or 0 for trace <= r."""
+        check_dense(self, "its default start (a dense point)")
+        if not self.equality:
+            return np.zeros(self.shape)
+        return np.eye(self.n) * (self.trace / self.n)
 
     def smallest_eigenpair(self, s: np.ndarray) -> tuple[float, np.ndarray]:
         """The smallest eigenvalue of a symmetric matrix and a unit eigenvector."""
