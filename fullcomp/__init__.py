@@ -38,6 +38,7 @@ from fullcomp.model import (
     top_k_mean,
     tpauc_cvar,
     tpauc_kl,
+    tv_dro,
 )
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.oracles.tracked import Tracked, TrackedModel
@@ -111,7 +112,7 @@ __all__ += [
     "Readout",
 ]
 __all__ += ["distributed", "tune_allocator", "optim"]
-__all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
+__all__ += ["top_k_mean", "tv_dro", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
 __all__ += ["risk", "risk_weights", "Tracked", "TrackedModel", "TrackedReadout"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]
