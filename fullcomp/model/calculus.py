@@ -297,18 +297,24 @@ def _centred_kl(c: np.ndarray, s: float) -> tuple[float, np.ndarray]:
 
 def kl_weights(u: np.ndarray, rho: float) -> np.ndarray:
     """argmax { q.u : q in the simplex, KL(q || 1/n) <= rho }: softmax(u / lam) with the lam at which the
-    KL constraint is tight, or uniform weights on the maximizers when even they are within rho.
+    KL constraint is tight, or uniform weights on the maximizers when even they are within rho."""
+    return kl_tilt(u, rho)[0]
 
-    The inverse temperature s (in units of u's spread) solves KL(q(s)) = rho, which is where the dual
-    min_lam lam rho + lam log mean exp(u / lam) has its minimum; KL is computed from u centred on its mean,
-    so a small rho (q near uniform, KL about s^2 var / 2) keeps its digits."""
+
+def kl_tilt(u: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
+    """(q, beta): :func:`kl_weights` and the inverse temperature 1 / lam* of q = softmax(beta u) (inf where q
+    is uniform on the maximizers, 0 where it is uniform).
+
+    beta solves KL(q(beta)) = rho, which is where the dual min_lam lam rho + lam log mean exp(u / lam) has its
+    minimum; KL is computed from u centred on its mean, so a small rho (q near uniform, KL about
+    beta^2 var / 2) keeps its digits."""
     u = np.asarray(u, dtype=np.float64)
     n, spread = u.size, float(u.max() - u.min())
     top = argmax_weights(u)
     if rho == 0 or spread == 0:
-        return np.full(n, 1.0 / n)
+        return np.full(n, 1.0 / n), 0.0
     if rho >= math.log(n / np.count_nonzero(top)):
-        return top
+        return top, math.inf
     c = (u - u.mean()) / spread  # in [-1, 1]: KL(softmax(s c)) increases in s from 0 to log(n / |argmax|)
 
     def kl(s: float) -> float:
@@ -316,9 +322,9 @@ def kl_weights(u: np.ndarray, rho: float) -> np.ndarray:
 
     hi = _grow(kl, rho)
     if kl(hi) < rho:  # rho within rounding of log(n / #maximizers)
-        return top
+        return top, math.inf
     s = brentq(lambda t: kl(t) - rho, 0.0, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
-    return _centred_kl(c, s)[1]
+    return _centred_kl(c, s)[1], s / spread
 
 
 def chi2_weights(u: np.ndarray, kappa: float) -> np.ndarray:
@@ -649,6 +655,7 @@ __all__ = [
     "chi2_weights",
     "closed_form",
     "is_plain_max",
+    "kl_tilt",
     "kl_weights",
     "log_mean_exp",
     "max_moreau",
