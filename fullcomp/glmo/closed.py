@@ -51,8 +51,9 @@ class ClosedMaster:
     """The restricted master of one named risk over varying atom images, solved from its closed forms.
 
     Build it with :meth:`build` (None for an F that is not one of the smooth named risks of the placeholder:
-    the polyhedral and the pairwise risks keep the conic master; the class itself solves those too).  :meth:`solve` returns None where neither method reached the
-    master's optimum, and column generation then solves the conic master.
+    the polyhedral and the pairwise risks keep the conic master; the class itself solves the polyhedral ones
+    too).  :meth:`solve` returns None where neither method reached the master's optimum, and column generation
+    then solves the conic master.
     """
 
     @classmethod
