@@ -39,6 +39,7 @@ from fullcomp.model import (
     tpauc_cvar,
     tpauc_kl,
     tv_dro,
+    wasserstein_dro,
 )
 from fullcomp.model.dmax import DMaxProblem
 from fullcomp.oracles.tracked import Tracked, TrackedModel
@@ -112,7 +113,8 @@ __all__ += [
     "Readout",
 ]
 __all__ += ["distributed", "tune_allocator", "optim"]
-__all__ += ["top_k_mean", "tv_dro", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
+__all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
+__all__ += ["tv_dro", "wasserstein_dro"]
 __all__ += ["risk", "risk_weights", "Tracked", "TrackedModel", "TrackedReadout"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]

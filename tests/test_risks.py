@@ -426,3 +426,70 @@ def test_tv_dro_is_the_total_variation_ball_sup(eps):
     assert float(weights @ w) == pytest.approx(sup.value, abs=1e-7)
     assert 0.5 * np.abs(weights - 1 / N).sum() <= eps + 1e-12 and weights.sum() == pytest.approx(1.0)
     assert fc.model.calculus.named_risk(F) == ("tv_dro", {"eps": eps})
+
+
+# ---- Wasserstein risks of linear models --------------------------------------------------------------
+
+
+def _margin_data(n: int = 12, d: int = 3, seed: int = 31) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X, w = rng.standard_normal((n, d)), rng.standard_normal(d)
+    return X, np.where(rng.uniform(size=n) < 0.5, -1.0, 1.0), w
+
+
+def _hinge(m: np.ndarray) -> np.ndarray:
+    return np.maximum(1.0 - m, 0.0)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, math.inf])
+def test_wasserstein_dro_is_attained_by_moving_one_sample(p):
+    """Without label moves, F = mean(l) + eps ||w||_*: a distribution eps away attains it, moving one sample
+    whose hinge is active by n eps along the direction where <w, .> reaches ||w||_* (the primal side)."""
+    X, y, w = _margin_data()
+    ball = fc.L2Ball(3, 10.0)
+    u = fc.inner_value(X.shape[0])
+    F = fc.wasserstein_dro(u, 0.05, ball.variable, norm=p)
+    problem = fc.CompositeProblem(F, lambda x, batch: torch.relu(1 - torch.tensor(y) * (torch.tensor(X) @ x)), ball)
+    value = problem.objective(torch.tensor(w))
+    q = {1.0: math.inf, 2.0: 2.0, math.inf: 1.0}[p]
+    assert value == pytest.approx(_hinge(y * (X @ w)).mean() + 0.05 * np.linalg.norm(w, q), rel=1e-12)
+    # the primal worst case: sample i (active hinge) moved by n eps d, ||d||_p = 1, <w, d> = ||w||_q
+    i = int(np.flatnonzero(y * (X @ w) < 1)[0])
+    if p == 1.0:
+        d = np.eye(3)[np.argmax(np.abs(w))] * np.sign(w[np.argmax(np.abs(w))])
+    elif p == 2.0:
+        d = w / np.linalg.norm(w)
+    else:
+        d = np.sign(w)
+    moved = X.copy()
+    moved[i] -= y[i] * X.shape[0] * 0.05 * d
+    assert _hinge(y * (moved @ w)).mean() == pytest.approx(value, rel=1e-12)
+
+
+def test_wasserstein_dro_with_a_label_cost_matches_its_one_dimensional_dual():
+    """With label flips at cost kappa, F = min_{lam >= ||w||_2} lam eps + mean(max(l_i, l_i^flipped - lam kappa)),
+    against a scan of the piecewise-linear function of lam over its breakpoints (numpy), and the GLMO's conic
+    route against CVXPY solving the same problem."""
+    X, y, w = _margin_data()
+    n, eps, kappa = X.shape[0], 0.1, 0.7
+    ball = fc.L2Ball(3, 2.0)
+    u = fc.inner_value(2 * n)
+    F = fc.wasserstein_dro(u, eps, ball.variable, label_cost=kappa)
+    Xt, yt = torch.tensor(X), torch.tensor(y)
+    problem = fc.CompositeProblem(
+        F, lambda x, batch: torch.cat([torch.relu(1 - yt * (Xt @ x)), torch.relu(1 + yt * (Xt @ x))]), ball
+    )
+    at, flipped = _hinge(y * (X @ w)), _hinge(-y * (X @ w))
+    lo = np.linalg.norm(w)
+    candidates = np.concatenate([[lo], (flipped - at) / kappa])
+    candidates = candidates[candidates >= lo]
+    reference = min(lam * eps + np.maximum(at, flipped - lam * kappa).mean() for lam in candidates)
+    assert problem.objective(torch.tensor(w)) == pytest.approx(reference, rel=1e-6, abs=1e-7)
+    with pytest.raises(ModelError, match="needs u of 2n losses"):
+        fc.wasserstein_dro(fc.inner_value(5), eps, ball.variable, label_cost=kappa)
+    with pytest.raises(ModelError, match="weights must be the CVXPY expression"):
+        fc.wasserstein_dro(u, eps, np.ones(3))
+    with pytest.raises(ModelError, match="norm must be p >= 1"):
+        fc.wasserstein_dro(u, eps, ball.variable, norm=0.5)
+    res = fc.hmsfw(problem, iters=4, progress=False)
+    assert res.info["glmo_route"] == "conic" and math.isfinite(problem.objective(res.x))

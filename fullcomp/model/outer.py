@@ -324,6 +324,70 @@ def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Ex
     )
 
 
+def wasserstein_dro(
+    u: cp.Expression,
+    eps: float,
+    weights: cp.Expression,
+    *,
+    norm: float = 2,
+    lipschitz: float = 1.0,
+    label_cost: float | None = None,
+) -> cp.Expression:
+    """The worst expected loss of a linear model over distributions within Wasserstein distance eps of the
+    samples' (type-1, transport cost ||x - x'|| + label_cost 1[y != y']), for a loss l(y w.x) Lipschitz in the
+    margin with constant ``lipschitz`` (logistic and hinge: 1).  Its closed-form dual (Shafieezadeh-Abadeh,
+    Kuhn and Mohajerin Esfahani, 2015; the one the ``dro`` and skwdro libraries use):
+
+    * ``label_cost=None`` (labels never move): u holds the n losses l(y_i w.x_i) and
+
+          F(u, w) = mean(u) + eps * lipschitz * ||w||_*;
+
+    * a finite label cost kappa: u holds 2n losses, the n at the labels y_i and then the n at -y_i, and
+
+          F(u, w) = min_{lam >= lipschitz ||w||_*} lam eps + mean_i max(u_i, u_{n+i} - lam kappa).
+
+    ``||.||_*`` is the dual norm of the features' cost ``norm`` (p = 1, 2 or inf, or any p >= 1: the dual of
+    ||.||_p is ||.||_{p/(p-1)}).  ``weights`` is the CVXPY expression of w, the model's weights: the domain's
+    variable (``domain.variable``) or an expression of it (a slice, without the bias).  F reads x, so the
+    GLMO's conic route solves with it; the second form is a partial minimization over lam, which CVXPY
+    evaluates (``F.value``) by a small solve.
+    """
+    n = _vector(u, "wasserstein_dro")
+    eps = _number(eps, "eps", "wasserstein_dro")
+    if not eps >= 0:
+        raise ModelError(f"wasserstein_dro eps must be a radius >= 0, got {eps}; 0 is the mean loss")
+    if not isinstance(weights, cp.Expression) or weights.size < 1:
+        raise ModelError(
+            f"wasserstein_dro weights must be the CVXPY expression of the model's weights, e.g. domain.variable "
+            f"or domain.variable[:-1] (without the bias), got {weights!r}"
+        )
+    infinite = isinstance(norm, (int, float, np.number)) and norm == math.inf
+    p = math.inf if infinite else _number(norm, "norm", "wasserstein_dro")
+    if not p >= 1:
+        raise ModelError(f"wasserstein_dro norm must be p >= 1 (or float('inf')): the features' cost ||.||_p, got {p}")
+    dual = math.inf if p == 1 else (1.0 if p == math.inf else p / (p - 1))
+    lip = _number(lipschitz, "lipschitz", "wasserstein_dro")
+    if not lip > 0:
+        raise ModelError(
+            f"wasserstein_dro lipschitz must be > 0 (the loss's Lipschitz constant in the margin), got {lip}"
+        )
+    slope = lip * cp.norm(cp.vec(weights, order="C"), dual)
+    if label_cost is None:
+        return cp.sum(u) / n + eps * slope
+    kappa = _number(label_cost, "label_cost", "wasserstein_dro")
+    if not kappa > 0:
+        raise ModelError(f"wasserstein_dro label_cost must be > 0 (None: labels never move), got {kappa}")
+    if n % 2:
+        raise ModelError(
+            f"wasserstein_dro with a label_cost needs u of 2n losses (the n at y, then the n at -y), got {n}"
+        )
+    lam = cp.Variable(nonneg=True, name="wasserstein_multiplier")
+    at_y, flipped = u[: n // 2], u[n // 2 :]
+    objective = lam * eps + cp.sum(cp.maximum(at_y, flipped - kappa * lam)) / (n // 2)
+    inner = cp.Problem(cp.Minimize(objective), [lam >= slope])
+    return partial_optimize(inner, opt_vars=[lam], dont_opt_vars=[v for v in inner.variables() if v is not lam])
+
+
 def _pairs(u: cp.Expression, n_pos: int, helper: str) -> int:
     n = _vector(u, helper)
     if isinstance(n_pos, bool) or not isinstance(n_pos, (int, np.integer)) or not 1 <= n_pos <= n or n % n_pos:
