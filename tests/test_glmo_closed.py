@@ -159,3 +159,24 @@ def test_kl_dro_at_ten_thousand_losses_runs_on_the_default_route():
         options={"xatol": 1e-12},
     )
     assert result.value == pytest.approx(dual.fun, rel=1e-9)
+
+
+def test_a_failed_subgradient_solve_falls_back_to_the_closed_forms_and_says_so(monkeypatch):
+    from fullcomp.errors import SolverError
+    from fullcomp.model.calculus import OuterCalculus
+
+    w = np.random.default_rng(5).uniform(-3.7, 1.0, 50)
+    u = fc.inner_value(50)
+    calculus = OuterCalculus(Outer(fc.kl_dro(u, 0.1), fc.L2Ball(3)))
+
+    def fail(*args, **kwargs):
+        raise SolverError("CLARABEL: numerical error; SCS: numerical error")
+
+    monkeypatch.setattr(solvers, "solve", fail)
+    with pytest.warns(RuntimeWarning, match="closed-form value and weights are used"):
+        g = calculus.subgradient(w)
+    assert calculus.fallbacks == 1
+    assert np.array_equal(g.u, fc.risk_weights(calculus.outer.expr, w)) and g.value == pytest.approx(g.u @ w)
+    calculus = OuterCalculus(Outer(cp.max(u) + cp.sum_squares(u), fc.L2Ball(3)))  # no closed form: the error
+    with pytest.raises(SolverError):
+        calculus.subgradient(w)

@@ -25,6 +25,7 @@ of u / mu) as smoothing.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from cvxpy.transforms.partial_optimize import PartialProblem
 from scipy.optimize import brentq
 
 from fullcomp import solvers
-from fullcomp.errors import ModelError, OptionError, OracleError
+from fullcomp.errors import ModelError, OptionError, OracleError, SolverError
 from fullcomp.model.placeholder import is_placeholder
 from fullcomp.sets.balls import project_simplex
 
@@ -468,6 +469,7 @@ class OuterCalculus:
         self.outer = outer
         self.plain_max = structural and is_plain_max(outer)
         self.closed = closed_form(outer.expr)
+        self.fallbacks = 0  # subgradients taken from the risk's closed forms after the conic solvers failed
         self._subgradient_program: tuple | None = None
         self._prox_programs: dict[float, tuple] = {}
 
@@ -502,7 +504,22 @@ class OuterCalculus:
         p_u.value = u
         if p_x is not None:
             p_x.value = self._x(x)
-        solvers.solve(problem, "subgradient of the outer function")
+        try:
+            solvers.solve(problem, "subgradient of the outer function")
+        except SolverError as exc:
+            closed = self.closed
+            if closed is None or closed.weights is None or closed.value is None:
+                raise
+            # Clarabel and SCS both failed on F's conic program (a named risk at parameters that strain a conic
+            # solver): the risk's closed forms are exact, and the run goes on with them, saying so.
+            self.fallbacks += 1
+            warnings.warn(
+                f"the subgradient program of F failed ({exc}); the risk's closed-form value and weights are used "
+                f"instead (fallback {self.fallbacks} of this run)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return OuterGradient(closed.value_at(u), closed.weights_at(u), None)
         g_x = None if link_x is None else -np.asarray(link_x.dual_value, dtype=np.float64).reshape(-1)
         return OuterGradient(float(problem.value), -np.asarray(link_u.dual_value, dtype=np.float64), g_x)
 
