@@ -384,6 +384,8 @@ class OuterGradient:
 def is_plain_max(outer: Outer) -> bool:
     """True when F is exactly ``cp.max(u)`` of the placeholder (no x, no scaling)."""
     expr = outer.expr
+    if isinstance(expr, NamedRisk) and len(expr.args) == 1:  # fc.cvar(u, alpha) below one entry is cp.max(u)
+        expr = expr.args[0]
     return isinstance(expr, cvxpy_max) and expr.axis is None and expr.args[0] is outer.u and not outer.depends_on_x
 
 
