@@ -80,20 +80,21 @@ class ClosedMaster:
                 return solution
         return self._cuts(c, images)
 
-    def _gradient(self, u: np.ndarray) -> tuple[np.ndarray, float | None]:
-        """q(u), and for kl_dro the inverse temperature of its tilt (inf at the kink where q is the max's)."""
+    def _at(self, u: np.ndarray) -> tuple[float, np.ndarray, float | None]:
+        """(F(u), q(u), and for kl_dro the inverse temperature of its tilt: inf at the kink where q is the max's),
+        from one bisection for kl_dro, whose value is q.u."""
         if self.name == "kl_dro":
-            return kl_tilt(u, self.params["rho"])
-        return self.weights(u), None
+            q, beta = kl_tilt(u, self.params["rho"])
+            return float(q @ u), q, beta
+        return self.value(u), self.weights(u), None
 
     def _newton(self, c: np.ndarray, A: np.ndarray) -> MasterSolution | None:
         """Projected Newton steps from the centre of the simplex; None at a kink (no Hessian there)."""
         k = A.shape[1]
         w = np.full(k, 1.0 / k)
         u = c + A @ w
-        F = self.value(u)
+        F, q, beta = self._at(u)
         for _ in range(NEWTON_STEPS):
-            q, beta = self._gradient(u)
             g = A.T @ q
             gap = float(g @ w - g.min())  # F(u) - min: at most this, q being a subgradient at u
             if gap <= TOL * max(1.0, abs(F)):
@@ -102,27 +103,29 @@ class ClosedMaster:
             if H is None:
                 return None
             step = self._step(c, A, w, F, g, H)
-            if step is None or np.abs(step).max() <= 1e-12:
+            if step is None or np.abs(step[0]).max() <= 1e-12:
                 # No descent left along the Newton direction: at a kink between pieces (tied losses), where the
                 # weights at u are a subgradient but not the certifying one.  Within LOOSE, q prices well.
                 return MasterSolution(w, q) if gap <= LOOSE * max(1.0, abs(F)) else None
-            w = np.clip(w + step, 0.0, None)
-            w /= w.sum()
-            u, F = c + A @ w, self.value(c + A @ w)
-        q = self._gradient(u)[0]
+            # w + d is a convex combination of w and the QP's point: on the simplex up to rounding, which the clip
+            # takes off (u, evaluated at w + d, moves by as little).
+            w, (u, (F, q, beta)) = np.clip(w + step[0], 0.0, None), step[1]
         g = A.T @ q
         return MasterSolution(w, q) if float(g @ w - g.min()) <= LOOSE * max(1.0, abs(F)) else None
 
     def _step(self, c: np.ndarray, A: np.ndarray, w: np.ndarray, F: float, g: np.ndarray, H: np.ndarray):
-        """A step d that decreases F by Armijo's rule along the Newton direction, damped (H + delta I) where the
-        Hessian of the piece at u misleads across a kink of chi2_dro's pieces; None where none descends."""
+        """(d, (u, F, q, beta) at w + d) for a step d that decreases F by Armijo's rule along the Newton direction,
+        damped (H + delta I) where the Hessian of the piece at u misleads across a kink of chi2_dro's pieces;
+        None where none descends."""
         scale = 1.0 + float(np.abs(np.diag(H)).max())
         for delta in (0.0, 1e-6, 1e-3, 1.0, 1e3):
             d = _simplex_qp(g, H + delta * scale * np.eye(w.size), w) - w
             slope, step = float(g @ d), 1.0
             while slope < 0 and step > 1e-12:
-                if self.value(c + A @ (w + step * d)) <= F + 1e-4 * step * slope:
-                    return step * d
+                u = c + A @ (w + step * d)
+                at = self._at(u)
+                if at[0] <= F + 1e-4 * step * slope:
+                    return step * d, (u, at)
                 step *= 0.5
         return None
 
