@@ -38,6 +38,8 @@ from fullcomp.model import (
     top_k_mean,
     tpauc_cvar,
     tpauc_kl,
+    tv_dro,
+    wasserstein_dro,
 )
 from fullcomp.model.constraints import Constraints, ConstraintValue, constraint_report
 from fullcomp.model.dmax import DMaxProblem
@@ -113,6 +115,7 @@ __all__ += [
 ]
 __all__ += ["distributed", "tune_allocator", "optim"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
+__all__ += ["tv_dro", "wasserstein_dro"]
 __all__ += ["risk", "risk_weights", "Tracked", "TrackedModel", "TrackedReadout"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "StepDecay", "sgda", "epoch_gda", "sopa"]
 __all__ += ["CappedSimplex", "Hypersimplex", "KSparsePolytope", "KNormBall", "LpBall", "Spectraplex"]

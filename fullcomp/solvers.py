@@ -18,13 +18,14 @@ SOLVERS: tuple[str, ...] = ("CLARABEL", "SCS")
 SOLVER_OPTIONS: dict[str, dict] = {"CLARABEL": {}, "SCS": {"eps": 1e-9, "max_iters": 100_000}}
 
 
-def solve(problem: cp.Problem, what: str, *, solvers: tuple[str, ...] | None = None) -> str:
+def solve(problem: cp.Problem, what: str, *, solvers: tuple[str, ...] | None = None, advice: str | None = None) -> str:
     """Solve ``problem`` with the first solver that reaches OPTIMAL; return its name.
 
     Raises :class:`SolverError` naming ``what`` and every status seen.  An
     infeasible or unbounded status is returned to the caller untouched through
     the error's message so the caller can translate it (an empty set, an
-    unbounded set).
+    unbounded set).  ``advice`` replaces the error's closing advice (about the set) where the program's
+    failure is not the set's.
     """
     statuses = []
     for name in SOLVERS if solvers is None else solvers:
@@ -44,5 +45,5 @@ def solve(problem: cp.Problem, what: str, *, solvers: tuple[str, ...] | None = N
             break
     raise SolverError(
         f"{what} could not be solved ({'; '.join(statuses)}). "
-        "Check that the set is non-empty and bounded and that the data are finite."
+        + (advice or "Check that the set is non-empty and bounded and that the data are finite.")
     )

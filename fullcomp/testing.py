@@ -358,10 +358,14 @@ class _RiskProbe:
 
     def value(self, u: np.ndarray) -> float:
         """F(u): CVXPY's atom-by-atom evaluation, or a tight solve where that evaluation is itself a solve."""
+        from fullcomp.model.calculus import NamedRisk
+
         if self.solves:
             return self.dual(u)[0]
         self.holder.value = u
-        return float(np.asarray(self.expr.value).reshape(()))
+        # A named risk's .value is its declared value: the reference is CVXPY's, atom by atom.
+        value = self.expr.atom_value if isinstance(self.expr, NamedRisk) else self.expr.value
+        return float(np.asarray(value).reshape(()))
 
     def dual(self, u: np.ndarray) -> tuple[float, np.ndarray]:
         from fullcomp import solvers

@@ -45,6 +45,10 @@ def named_risks() -> dict[str, cp.Expression]:
         "kl_dro-max": fc.kl_dro(u, math.log(N)),
         "smooth_max": fc.smooth_max(u, 0.5),
         "group_dro": fc.group_dro(u, SIZES, 0.8),
+        "tv_dro": fc.tv_dro(u, 0.3),
+        "tv_dro-below-one-entry": fc.tv_dro(u, 0.9),  # the max
+        "entropic_risk-hot": fc.entropic_risk(u, 1e4),  # the variance term, about the mean
+        "kl_dro-small": fc.kl_dro(u, 1e-4),
         "tpauc_cvar": fc.tpauc_cvar(u, 2, theta_0=0.5, theta_1=0.5),
         "tpauc_kl": fc.tpauc_kl(u, 2, lam=0.8, tau=1.3),
     }

@@ -77,6 +77,7 @@ def numpy_value(name: str, w: np.ndarray) -> float:
         "kl_dro": lambda: kl_dual(w, 0.3),
         "smooth_max": lambda: float(0.5 * math.log(np.sum(np.exp(w / 0.5)))),
         "group_dro": lambda: float(np.max(w + 0.8 / np.sqrt(SIZES))),
+        "tv_dro": lambda: 0.7 * tail_mean(w, 0.7) + 0.3 * float(w.max()),
         "tpauc_cvar": lambda: tail_mean(np.array([tail_mean(row, 0.5) for row in L]), 0.5),
         "tpauc_kl": lambda: libauc_tpauc_kl(L, 0.8, 1.3)[0],
     }[name]()
@@ -90,6 +91,7 @@ RISKS = {
     "kl_dro": lambda u: fc.kl_dro(u, 0.3),
     "smooth_max": lambda u: fc.smooth_max(u, 0.5),
     "group_dro": lambda u: fc.group_dro(u, SIZES, 0.8),
+    "tv_dro": lambda u: fc.tv_dro(u, 0.3),
     "tpauc_cvar": lambda u: fc.tpauc_cvar(u, N_POS, theta_0=0.5, theta_1=0.5),
     "tpauc_kl": lambda u: fc.tpauc_kl(u, N_POS, lam=0.8, tau=1.3),
 }
@@ -136,6 +138,8 @@ def sup_form(name: str, w: np.ndarray) -> tuple[float, np.ndarray]:
             objective = q @ w + 0.5 * cp.sum(cp.entr(q))
         elif name == "group_dro":
             objective = q @ (w + 0.8 / np.sqrt(SIZES))
+        elif name == "tv_dro":
+            cons = simplex + [0.5 * cp.norm1(q - 1 / n) <= 0.3]
     problem = cp.Problem(cp.Maximize(objective), cons)
     problem.solve(solver="CLARABEL")
     assert problem.status == cp.OPTIMAL
@@ -325,3 +329,167 @@ def test_glmo_routes_and_hmsfw_run(name):
     res = fc.solve(problem, "hmsfw", iters=5, progress=False)
     assert np.isfinite(problem.objective(res.x))
     assert problem.objective(res.x) <= problem.objective(problem.x0) + 1e-6
+
+
+# ---- risks at their extremes -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda u: fc.entropic_risk(u, 5e-324), r"entropic_risk lam must be at least 1e-150"),
+        (lambda u: fc.smooth_max(u, 1e-320), r"smooth_max lam must be at least 1e-150"),
+        (lambda u: fc.group_dro(u, "abcdef", 1.0), "group_dro group_sizes must be numbers"),
+        (lambda u: fc.group_dro(u, [object()] * 6, 1.0), "group_dro group_sizes must be numbers"),
+        (lambda u: fc.tv_dro(u, 1.5), r"tv_dro eps must lie in \[0, 1\]"),
+    ],
+)
+def test_parameters_float64_cannot_carry_are_refused(make, match):
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        with pytest.raises(ModelError, match=match):
+            make(fc.inner_value(N))
+
+
+def _extremes(lam: float, w: np.ndarray) -> float:
+    """lam log mean exp(w / lam) by its series about the mean, for lam far above the spread of w."""
+    c = w - w.mean()
+    return float(w.mean() + np.mean(c**2) / (2 * lam) + np.mean(c**3) / (6 * lam) / lam)
+
+
+@pytest.mark.parametrize("lam", [1e6, 1e12, 1e16, 1e300])
+def test_entropic_risk_at_a_large_temperature_is_the_mean_plus_the_variance_term(lam):
+    u = fc.inner_value(3)
+    w = np.array([0.2, 0.5, 0.9])
+    F = fc.entropic_risk(u, lam)
+    u.value = w
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        assert float(F.value) == pytest.approx(_extremes(lam, w), rel=1e-14)
+        assert fc.model.calculus.closed_form(F).value_at(w) == pytest.approx(_extremes(lam, w), rel=1e-14)
+        q = fc.risk_weights(F, w)
+    assert np.allclose(q, softmax(w / lam), rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("lam", [1e-150, 1e-30, 1e-3])
+def test_small_temperatures_are_the_max_with_no_overflow(lam):
+    u = fc.inner_value(4)
+    w = np.array([0.2, 0.5, 0.9, -3e5])
+    for F, shift in ((fc.entropic_risk(u, lam), -lam * math.log(4)), (fc.smooth_max(u, lam), 0.0)):
+        u.value = w
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            value, q = float(F.value), fc.risk_weights(F, w)
+        assert value == pytest.approx(0.9 + shift + lam * math.log1p(math.exp(-0.4 / lam)), rel=1e-15, abs=0)
+        assert q[2] == pytest.approx(1.0, abs=1e-15) and np.all(q >= 0)
+
+
+@pytest.mark.parametrize("rho", [1e-14, 1e-11, 1e-9])
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+def test_kl_dro_at_a_small_radius_is_the_mean_plus_the_deviation_term(rho, scale):
+    u = fc.inner_value(3)
+    w = scale * np.array([0.2, 0.5, 0.9])
+    F = fc.kl_dro(u, rho)
+    u.value = w
+    value, q = float(F.value), fc.risk_weights(F, w)
+    assert value == pytest.approx(w.mean() + math.sqrt(2 * rho * np.var(w)), rel=1e-8)
+    assert float(q @ w) == pytest.approx(value, rel=1e-12)
+    assert float(np.sum(q * np.log(3 * q))) == pytest.approx(rho, rel=1e-6)
+
+
+def test_kl_dro_value_is_closed_form_on_the_data_that_failed(monkeypatch):
+    """u in [-3.7, 1.0], 1,000 entries: the conic solve of F's value failed; the closed form and SCS agree."""
+    from fullcomp import solvers
+
+    w = np.random.default_rng(3).uniform(-3.7, 1.0, 1000)
+    u = fc.inner_value(w.size)
+    F = fc.kl_dro(u, 0.1)
+    u.value = w
+    monkeypatch.setattr(solvers, "solve", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a conic solve")))
+    value = float(F.value)
+    monkeypatch.undo()
+    q = cp.Variable(w.size, nonneg=True)
+    sup = cp.Problem(cp.Maximize(q @ w), [cp.sum(q) == 1, cp.sum(cp.rel_entr(q, np.full(w.size, 1 / w.size))) <= 0.1])
+    sup.solve(solver=cp.SCS, eps=1e-9)
+    assert value == pytest.approx(sup.value, rel=1e-5)
+    assert value == pytest.approx(kl_dual(w, 0.1), rel=1e-9)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.3, 1.0])
+def test_tv_dro_is_the_total_variation_ball_sup(eps):
+    u = fc.inner_value(N)
+    F = fc.tv_dro(u, eps)
+    w = point(21)
+    u.value = w
+    q = cp.Variable(N, nonneg=True)
+    sup = cp.Problem(cp.Maximize(q @ w), [cp.sum(q) == 1, 0.5 * cp.norm1(q - 1 / N) <= eps])
+    sup.solve(solver=cp.CLARABEL)
+    assert float(F.value) == pytest.approx(sup.value, abs=1e-7)
+    weights = fc.risk_weights(F, w)
+    assert float(weights @ w) == pytest.approx(sup.value, abs=1e-7)
+    assert 0.5 * np.abs(weights - 1 / N).sum() <= eps + 1e-12 and weights.sum() == pytest.approx(1.0)
+    assert fc.model.calculus.named_risk(F) == ("tv_dro", {"eps": eps})
+
+
+# ---- Wasserstein risks of linear models --------------------------------------------------------------
+
+
+def _margin_data(n: int = 12, d: int = 3, seed: int = 31) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X, w = rng.standard_normal((n, d)), rng.standard_normal(d)
+    return X, np.where(rng.uniform(size=n) < 0.5, -1.0, 1.0), w
+
+
+def _hinge(m: np.ndarray) -> np.ndarray:
+    return np.maximum(1.0 - m, 0.0)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, math.inf])
+def test_wasserstein_dro_is_attained_by_moving_one_sample(p):
+    """Without label moves, F = mean(l) + eps ||w||_*: a distribution eps away attains it, moving one sample
+    whose hinge is active by n eps along the direction where <w, .> reaches ||w||_* (the primal side)."""
+    X, y, w = _margin_data()
+    ball = fc.L2Ball(3, 10.0)
+    u = fc.inner_value(X.shape[0])
+    F = fc.wasserstein_dro(u, 0.05, ball.variable, norm=p)
+    problem = fc.CompositeProblem(F, lambda x, batch: torch.relu(1 - torch.tensor(y) * (torch.tensor(X) @ x)), ball)
+    value = problem.objective(torch.tensor(w))
+    q = {1.0: math.inf, 2.0: 2.0, math.inf: 1.0}[p]
+    assert value == pytest.approx(_hinge(y * (X @ w)).mean() + 0.05 * np.linalg.norm(w, q), rel=1e-12)
+    # the primal worst case: sample i (active hinge) moved by n eps d, ||d||_p = 1, <w, d> = ||w||_q
+    i = int(np.flatnonzero(y * (X @ w) < 1)[0])
+    if p == 1.0:
+        d = np.eye(3)[np.argmax(np.abs(w))] * np.sign(w[np.argmax(np.abs(w))])
+    elif p == 2.0:
+        d = w / np.linalg.norm(w)
+    else:
+        d = np.sign(w)
+    moved = X.copy()
+    moved[i] -= y[i] * X.shape[0] * 0.05 * d
+    assert _hinge(y * (moved @ w)).mean() == pytest.approx(value, rel=1e-12)
+
+
+def test_wasserstein_dro_with_a_label_cost_matches_its_one_dimensional_dual():
+    """With label flips at cost kappa, F = min_{lam >= ||w||_2} lam eps + mean(max(l_i, l_i^flipped - lam kappa)),
+    against a scan of the piecewise-linear function of lam over its breakpoints (numpy), and the GLMO's conic
+    route against CVXPY solving the same problem."""
+    X, y, w = _margin_data()
+    n, eps, kappa = X.shape[0], 0.1, 0.7
+    ball = fc.L2Ball(3, 2.0)
+    u = fc.inner_value(2 * n)
+    F = fc.wasserstein_dro(u, eps, ball.variable, label_cost=kappa)
+    Xt, yt = torch.tensor(X), torch.tensor(y)
+    problem = fc.CompositeProblem(
+        F, lambda x, batch: torch.cat([torch.relu(1 - yt * (Xt @ x)), torch.relu(1 + yt * (Xt @ x))]), ball
+    )
+    at, flipped = _hinge(y * (X @ w)), _hinge(-y * (X @ w))
+    lo = np.linalg.norm(w)
+    candidates = np.concatenate([[lo], (flipped - at) / kappa])
+    candidates = candidates[candidates >= lo]
+    reference = min(lam * eps + np.maximum(at, flipped - lam * kappa).mean() for lam in candidates)
+    assert problem.objective(torch.tensor(w)) == pytest.approx(reference, rel=1e-6, abs=1e-7)
+    with pytest.raises(ModelError, match="needs u of 2n losses"):
+        fc.wasserstein_dro(fc.inner_value(5), eps, ball.variable, label_cost=kappa)
+    with pytest.raises(ModelError, match="weights must be the CVXPY expression"):
+        fc.wasserstein_dro(u, eps, np.ones(3))
+    with pytest.raises(ModelError, match="norm must be p >= 1"):
+        fc.wasserstein_dro(u, eps, ball.variable, norm=0.5)
+    res = fc.hmsfw(problem, iters=4, progress=False)
+    assert res.info["glmo_route"] == "conic" and math.isfinite(problem.objective(res.x))

@@ -22,7 +22,8 @@ from fullcomp.glmo.base import (
     pass_hint,
     target_gap,
 )
-from fullcomp.glmo.master import ConicMaster
+from fullcomp.glmo.closed import ClosedMaster
+from fullcomp.glmo.master import ConicMaster, MasterSolution
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, MixtureAtom, ScaledRows
 from fullcomp.sets.base import Set
@@ -82,13 +83,11 @@ class ColumnGenerationGLMO(GLMO):
             raise OptionError(f"pool must be a positive int (atoms kept between calls), got {pool}")
         self.outer, self.domain, self.pool = outer, domain, int(pool)
         n, slots = outer.n, self.pool + 1  # one slot for the newly priced atom
-        self.c = cp.Parameter(n, name="c")
-        self.images = cp.Parameter((n, slots), name="V_atoms")
-        self.mask = cp.Parameter(slots, nonneg=True, name="active")
-        self.lam = cp.Variable(slots, nonneg=True, name="weights")
-        self.link = outer.u == self.c + self.images @ self.lam
-        self.problem = cp.Problem(cp.Minimize(outer.expr), [self.link, cp.sum(self.lam) == 1, self.lam <= self.mask])
-        self.master = ConicMaster.build(outer)
+        # A named risk's master comes from its closed forms; the conic master (F's conic form compiled once) is
+        # built where it is not one, or on the first master its closed forms leave unsolved.
+        self.closed = ClosedMaster.build(outer)
+        self._master_built = self.closed is None
+        self.master = ConicMaster.build(outer) if self.closed is None else None
         self.atoms: list[Atom | None] = [None] * slots
         self.active = np.zeros(slots, dtype=bool)
         self.lazy = np.zeros(slots, dtype=bool)  # slots whose values are not cached yet (heuristic atoms)
@@ -308,20 +307,34 @@ class ColumnGenerationGLMO(GLMO):
     def _master(self, c: np.ndarray, images: np.ndarray) -> np.ndarray:
         """Solve the restricted master; set ``self.q`` and return the weights (zero on idle slots)."""
         active = np.flatnonzero(self.active)
-        solution = None if self.master is None else self.master.solve(c, images[:, active])
-        lam = np.zeros(self.active.size)
-        if solution is not None:
-            lam[active], self.q = solution.weights, solution.q
-        else:
+        solution = None if self.closed is None else self.closed.solve(c, images[:, active])
+        if solution is None and not self._master_built:
+            self._master_built, self.master = True, ConicMaster.build(self.outer)
+        if solution is None and self.master is not None:
+            solution = self.master.solve(c, images[:, active])
+        if solution is None:
             # Clarabel called directly did not converge, or this CVXPY's data could not be compiled for it: the
-            # CVXPY program also tries SCS.  Its parameters are set here only (CVXPY's value setter validates:
-            # 0.4 ms of a MovieLens-100K update).
-            self.c.value, self.images.value, self.mask.value = c, images, self.active.astype(float)
-            solvers.solve(self.problem, "column-generation master")
-            lam[active] = self.lam.value[active]
-            self.q = -np.asarray(self.link.dual_value, dtype=np.float64)  # CVXPY's sign: u - (...) == 0
+            # CVXPY program over the active images, which also tries SCS.  Its images are constants (as
+            # parameters, CVXPY's DPP tensor of images @ w holds n^2 k entries: 47.8 GiB at n = 10,000).
+            solution = self._cvxpy_master(c, images[:, active])
+        lam = np.zeros(self.active.size)
+        lam[active], self.q = solution.weights, solution.q
         lam = np.clip(lam, 0.0, None)
         return lam / lam.sum()
+
+    def _cvxpy_master(self, c: np.ndarray, images: np.ndarray) -> MasterSolution:
+        w = cp.Variable(images.shape[1], nonneg=True, name="weights")
+        link = self.outer.u == c + images @ w
+        problem = cp.Problem(cp.Minimize(self.outer.expr), [link, cp.sum(w) == 1])
+        u = c + images @ np.full(images.shape[1], 1.0 / images.shape[1])
+        advice = (
+            f"The master is a convex combination of {images.shape[1]} atoms, never empty or unbounded: the outer "
+            f"function's own conic program failed near u in [{u.min():.4g}, {u.max():.4g}] (a risk parameter far "
+            "from the losses' scale, such as a temperature many orders above or below their spread, strains a "
+            "conic solver); a named risk of the placeholder alone solves its master in closed form"
+        )
+        solvers.solve(problem, "column-generation master", advice=advice)
+        return MasterSolution(np.asarray(w.value, dtype=np.float64), -np.asarray(link.dual_value, dtype=np.float64))
 
     def _cache_values(self, entries: Entries, track: Entries | None) -> None:
         """Keep every pooled atom's values at ``entries`` and ``track``: atoms persist across calls, entries

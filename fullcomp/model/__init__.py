@@ -14,9 +14,12 @@ from fullcomp.model.outer import (
     top_k_mean,
     tpauc_cvar,
     tpauc_kl,
+    tv_dro,
+    wasserstein_dro,
 )
 from fullcomp.model.placeholder import inner_value
 
 __all__ = ["CompositeProblem", "DMaxProblem", "Outer", "inner_value", "cvar", "chi2_dro"]
 __all__ += ["top_k_mean", "entropic_risk", "kl_dro", "smooth_max", "group_dro", "tpauc_cvar", "tpauc_kl"]
+__all__ += ["tv_dro", "wasserstein_dro"]
 __all__ += ["risk", "risk_weights", "layer_domains", "make_feasible", "init_norms"]

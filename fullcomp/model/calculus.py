@@ -25,19 +25,20 @@ of u / mu) as smoothing.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import cvxpy as cp
 import numpy as np
+from cvxpy.atoms.affine.add_expr import AddExpression
 from cvxpy.atoms.max import max as cvxpy_max
 from cvxpy.transforms.partial_optimize import PartialProblem
 from scipy.optimize import brentq
-from scipy.special import softmax
 
 from fullcomp import solvers
-from fullcomp.errors import ModelError, OptionError, OracleError
+from fullcomp.errors import ModelError, OptionError, OracleError, SolverError
 from fullcomp.model.placeholder import is_placeholder
 from fullcomp.sets.balls import project_simplex
 
@@ -97,6 +98,30 @@ class ClosedForm:
         return q
 
 
+class NamedRisk(AddExpression):
+    """A named risk's expression: a sum of one term, the risk's DCP expression, whose ``.value`` is the declared
+    closed form at the placeholder's value (and so is the value of any expression built on it, ``2 * F`` or a
+    problem's objective).  CVXPY's atom-by-atom evaluation rounds away the risk's digits at extreme parameters
+    (``lam log mean exp(u / lam)`` at lam = 1e16 is off by 90%) and evaluates a partial minimization by a conic
+    solve; :attr:`atom_value` is that evaluation.  Every solver sees the one term as it is."""
+
+    @property
+    def value(self) -> Any:
+        form, holder = getattr(self, CLOSED_FORM, None), getattr(self, HOLDER, None)
+        if form is None or holder is None or holder.value is None:
+            return super().value  # a copy CVXPY made while canonicalizing: the plain sum
+        return np.float64(form.value_at(np.asarray(holder.value, dtype=np.float64).reshape(-1)))
+
+    @property
+    def atom_value(self) -> Any:
+        """CVXPY's evaluation of the expression, atom by atom (a solve for a partial minimization)."""
+        return super().value
+
+
+#: The attribute under which a :class:`NamedRisk` keeps its placeholder.
+HOLDER = "_fullcomp_holder"
+
+
 def risk(
     expr: cp.Expression, *, value: Value | None = None, weights: Weights | None = None, named: tuple | None = None
 ) -> cp.Expression:
@@ -120,7 +145,8 @@ def risk(
     Returns
     -------
     A copy of ``expr`` carrying the closed forms (``expr`` itself is left as it was).  An expression built
-    on top of it (``2 * fc.risk(...)``) is a new F without closed forms.
+    on top of it (``2 * fc.risk(...)``) is a new F without closed forms.  fullcomp's named risks (``named``
+    given) return a :class:`NamedRisk`, whose ``.value`` is the declared value.
 
     ``fullcomp.testing.check_risk`` checks the declared value and weights against CVXPY.
     """
@@ -162,9 +188,10 @@ def risk(
             "fc.risk needs value= or weights= (or both): the closed forms it declares; an expression without "
             "them is an outer function as it is, with no fc.risk"
         )
-    tagged = expr.copy()
+    tagged = NamedRisk([expr]) if named is not None and value is not None else expr.copy()
     if tagged is expr:  # a leaf copies to itself, and tagging it would tag the placeholder
         raise ModelError("fc.risk expr is the placeholder itself; declare a risk built from atoms of u")
+    setattr(tagged, HOLDER, holders[0])
     setattr(tagged, CLOSED_FORM, ClosedForm(value, weights, int(holders[0].shape[0]), named))
     return tagged
 
@@ -219,7 +246,27 @@ def capped_weights(u: np.ndarray, m: float) -> np.ndarray:
 
 def softmax_weights(u: np.ndarray, lam: float) -> np.ndarray:
     """softmax(u / lam): the weights of the entropic risk and of the smoothed max at temperature lam."""
-    return softmax(np.asarray(u, dtype=np.float64) / lam)
+    u = np.asarray(u, dtype=np.float64)
+    with np.errstate(over="ignore", under="ignore"):  # a gap of -inf temperatures weighs exp(-inf) = 0, exactly
+        e = np.exp((u - u.max()) / lam)
+    return e / e.sum()
+
+
+def log_mean_exp(u: np.ndarray, lam: float) -> float:
+    """lam log mean exp(u / lam), the entropic risk, to rounding at every temperature lam > 0.
+
+    While the exponents about the mean stay within 1 (lam at least the spread of u) it is
+    mean + lam log1p(mean(expm1((u - mean) / lam))): the variance term var / (2 lam) keeps its digits, where
+    lam (log_sum_exp(u / lam) - log n) cancels them (90% off at lam = 1e16).  Beyond, the exponents are taken
+    about the max, so none overflows (log-sum-exp)."""
+    u = np.asarray(u, dtype=np.float64)
+    top = float(u.max())
+    if top - float(u.min()) <= lam:
+        mean = float(u.mean())
+        return mean + lam * math.log1p(float(np.mean(np.expm1((u - mean) / lam))))
+    with np.errstate(over="ignore", under="ignore"):  # as in softmax_weights
+        total = float(np.sum(np.exp((u - top) / lam)))
+    return top + lam * (math.log(total) - math.log(u.size))
 
 
 def argmax_weights(u: np.ndarray) -> np.ndarray:
@@ -236,27 +283,49 @@ def _grow(f: Callable[[float], float], target: float) -> float:
     return t
 
 
+def _centred_kl(c: np.ndarray, s: float) -> tuple[float, np.ndarray]:
+    """KL(q || 1/n) and q = softmax(s c), for c centred on its mean: s q.c - log mean exp(s c), whose two terms
+    are each about s^2 var(c) at a small s, so the log is taken as log1p(mean(expm1(.))) while s c is small."""
+    q = softmax_weights(c, 1.0 / s) if s > 0 else np.full(c.size, 1.0 / c.size)
+    sc = s * c
+    if s * float(np.abs(c).max()) <= 1.0:
+        log_mean = math.log1p(float(np.mean(np.expm1(sc))))
+    else:
+        top = float(sc.max())
+        log_mean = top + math.log(float(np.mean(np.exp(sc - top))))
+    return max(float(q @ sc) - log_mean, 0.0), q
+
+
 def kl_weights(u: np.ndarray, rho: float) -> np.ndarray:
     """argmax { q.u : q in the simplex, KL(q || 1/n) <= rho }: softmax(u / lam) with the lam at which the
     KL constraint is tight, or uniform weights on the maximizers when even they are within rho."""
+    return kl_tilt(u, rho)[0]
+
+
+def kl_tilt(u: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
+    """(q, beta): :func:`kl_weights` and the inverse temperature 1 / lam* of q = softmax(beta u) (inf where q
+    is uniform on the maximizers, 0 where it is uniform).
+
+    beta solves KL(q(beta)) = rho, which is where the dual min_lam lam rho + lam log mean exp(u / lam) has its
+    minimum; KL is computed from u centred on its mean, so a small rho (q near uniform, KL about
+    beta^2 var / 2) keeps its digits."""
     u = np.asarray(u, dtype=np.float64)
     n, spread = u.size, float(u.max() - u.min())
     top = argmax_weights(u)
     if rho == 0 or spread == 0:
-        return np.full(n, 1.0 / n)
+        return np.full(n, 1.0 / n), 0.0
     if rho >= math.log(n / np.count_nonzero(top)):
-        return top
-    w = (u - u.max()) / spread  # in [-1, 0]: q(t) = softmax(t w), KL increasing in t from 0 to log(n / |argmax|)
+        return top, math.inf
+    c = (u - u.mean()) / spread  # in [-1, 1]: KL(softmax(s c)) increases in s from 0 to log(n / |argmax|)
 
-    def kl(t: float) -> float:
-        q = softmax(t * w)
-        return float(np.sum(q * np.log(np.maximum(n * q, 1e-300))))
+    def kl(s: float) -> float:
+        return _centred_kl(c, s)[0]
 
     hi = _grow(kl, rho)
     if kl(hi) < rho:  # rho within rounding of log(n / #maximizers)
-        return top
-    t = brentq(lambda s: kl(s) - rho, 0.0, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
-    return softmax(t * w)
+        return top, math.inf
+    s = brentq(lambda t: kl(t) - rho, 0.0, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
+    return _centred_kl(c, s)[1], s / spread
 
 
 def chi2_weights(u: np.ndarray, kappa: float) -> np.ndarray:
@@ -315,6 +384,8 @@ class OuterGradient:
 def is_plain_max(outer: Outer) -> bool:
     """True when F is exactly ``cp.max(u)`` of the placeholder (no x, no scaling)."""
     expr = outer.expr
+    if isinstance(expr, NamedRisk) and len(expr.args) == 1:  # fc.cvar(u, alpha) below one entry is cp.max(u)
+        expr = expr.args[0]
     return isinstance(expr, cvxpy_max) and expr.axis is None and expr.args[0] is outer.u and not outer.depends_on_x
 
 
@@ -400,6 +471,7 @@ class OuterCalculus:
         self.outer = outer
         self.plain_max = structural and is_plain_max(outer)
         self.closed = closed_form(outer.expr)
+        self.fallbacks = 0  # subgradients taken from the risk's closed forms after the conic solvers failed
         self._subgradient_program: tuple | None = None
         self._prox_programs: dict[float, tuple] = {}
 
@@ -434,7 +506,22 @@ class OuterCalculus:
         p_u.value = u
         if p_x is not None:
             p_x.value = self._x(x)
-        solvers.solve(problem, "subgradient of the outer function")
+        try:
+            solvers.solve(problem, "subgradient of the outer function")
+        except SolverError as exc:
+            closed = self.closed
+            if closed is None or closed.weights is None or closed.value is None:
+                raise
+            # Clarabel and SCS both failed on F's conic program (a named risk at parameters that strain a conic
+            # solver): the risk's closed forms are exact, and the run goes on with them, saying so.
+            self.fallbacks += 1
+            warnings.warn(
+                f"the subgradient program of F failed ({exc}); the risk's closed-form value and weights are used "
+                f"instead (fallback {self.fallbacks} of this run)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return OuterGradient(closed.value_at(u), closed.weights_at(u), None)
         g_x = None if link_x is None else -np.asarray(link_x.dual_value, dtype=np.float64).reshape(-1)
         return OuterGradient(float(problem.value), -np.asarray(link_u.dual_value, dtype=np.float64), g_x)
 
@@ -580,13 +667,16 @@ __all__ = [
     "ClosedForm",
     "OuterCalculus",
     "OuterGradient",
+    "NamedRisk",
     "SMOOTHINGS",
     "argmax_weights",
     "capped_weights",
     "chi2_weights",
     "closed_form",
     "is_plain_max",
+    "kl_tilt",
     "kl_weights",
+    "log_mean_exp",
     "max_moreau",
     "outer_gradient",
     "risk",

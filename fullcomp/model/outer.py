@@ -28,6 +28,7 @@ from fullcomp.model.calculus import (
     capped_weights,
     chi2_weights,
     kl_weights,
+    log_mean_exp,
     risk,
     softmax_weights,
 )
@@ -68,12 +69,22 @@ def _number(value: Any, name: str, helper: str) -> float:
     return value
 
 
+#: The smallest temperature a risk takes: below it (subnormal numbers included) u / lam overflows float64 for
+#: losses of ordinary size, in CVXPY's expression and in any solver, and the risk is the max to rounding.
+MIN_TEMPERATURE = 1e-150
+
+
 def _temperature(lam: Any, name: str, helper: str) -> float:
     lam = _number(lam, name, helper)
     if not lam > 0:
         raise ModelError(
             f"{helper} {name} must be a temperature > 0, got {lam}; a small {name} approaches the max, "
             f"use cp.max(u) for {name} = 0"
+        )
+    if lam < MIN_TEMPERATURE:
+        raise ModelError(
+            f"{helper} {name} must be at least {MIN_TEMPERATURE:g} (below it u / {name} overflows float64), got "
+            f"{lam!r}; at such a temperature the risk is the max to rounding: use cp.max(u)"
         )
     return lam
 
@@ -149,6 +160,33 @@ def top_k_mean(u: cp.Expression, k: int) -> cp.Expression:
     )
 
 
+def tv_dro(u: cp.Expression, eps: float) -> cp.Expression:
+    """The worst expectation over weights within total variation eps of uniform:
+
+        max { q.u : q in the simplex, (1/2) ||q - 1/n||_1 <= eps } = (1 - eps) CVaR_{1-eps}(u) + eps max(u),
+
+    the adversary moving mass eps from the smallest entries onto the largest.  eps lies in [0, 1]; ``eps = 0``
+    is the mean, ``eps = 1`` the max.  Weights: (1 - eps) times CVaR_{1-eps}'s weights (1/n on the entries of
+    the upper (1 - eps)-tail, see :func:`cvar`) plus eps on the largest entries (split evenly over ties);
+    q.u is the value.
+    """
+    n = _vector(u, "tv_dro")
+    eps = _number(eps, "eps", "tv_dro")
+    if not 0 <= eps <= 1:
+        raise ModelError(f"tv_dro eps must lie in [0, 1] (the mass the adversary moves), got {eps}; 0 is the mean")
+    m = (1 - eps) * n
+    if m < 1:  # less than one entry in the (1 - eps)-tail: its CVaR is the max, and so is the risk
+        tail, m = cp.max(u), 1.0
+    else:
+        tail = (1 - eps) * cvar(u, 1 - eps) + eps * cp.max(u)
+
+    def weights(w: np.ndarray) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        return (1 - eps) * capped_weights(w, m) + eps * argmax_weights(w)
+
+    return _declared(u, tail, named=("tv_dro", {"eps": eps}), value=_attained(weights), weights=weights)
+
+
 def chi2_dro(u: cp.Expression, kappa: float) -> cp.Expression:
     """max { q^T u : q in the simplex, (n/2) ||q - 1/n||^2 <= kappa }.
 
@@ -194,7 +232,7 @@ def entropic_risk(u: cp.Expression, lam: float) -> cp.Expression:
         u,
         lam * cp.log_sum_exp(u / lam) - lam * math.log(n),
         named=("entropic_risk", {"lam": lam}),
-        value=lambda w: float(lam * (logsumexp(w / lam) - math.log(w.size))),
+        value=lambda w: log_mean_exp(w, lam),
         weights=lambda w: softmax_weights(w, lam),
     )
 
@@ -247,7 +285,7 @@ def smooth_max(u: cp.Expression, lam: float) -> cp.Expression:
         u,
         lam * cp.log_sum_exp(u / lam),
         named=("smooth_max", {"lam": lam}),
-        value=lambda w: float(lam * logsumexp(w / lam)),
+        value=lambda w: log_mean_exp(w, lam) + lam * math.log(w.size),
         weights=lambda w: softmax_weights(w, lam),
     )
 
@@ -262,7 +300,13 @@ def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Ex
     it is unique); q.(u + C / sqrt(n)) is the value.
     """
     n = _vector(u, "group_dro")
-    sizes = np.asarray(group_sizes, dtype=np.float64).reshape(-1)
+    try:
+        sizes = np.asarray(group_sizes, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ModelError(
+            f"group_dro group_sizes must be numbers, one sample count n_g > 0 per entry of u ({n}), got "
+            f"{group_sizes!r}"
+        ) from None
     if sizes.shape != (n,):
         raise ModelError(f"group_dro group_sizes needs one size per entry of u ({n}), got {sizes.size}")
     if not (np.all(np.isfinite(sizes)) and np.all(sizes > 0)):
@@ -278,6 +322,70 @@ def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Ex
         value=lambda w: float(np.max(w + adjust)),
         weights=lambda w: argmax_weights(np.asarray(w, dtype=np.float64) + adjust),
     )
+
+
+def wasserstein_dro(
+    u: cp.Expression,
+    eps: float,
+    weights: cp.Expression,
+    *,
+    norm: float = 2,
+    lipschitz: float = 1.0,
+    label_cost: float | None = None,
+) -> cp.Expression:
+    """The worst expected loss of a linear model over distributions within Wasserstein distance eps of the
+    samples' (type-1, transport cost ||x - x'|| + label_cost 1[y != y']), for a loss l(y w.x) Lipschitz in the
+    margin with constant ``lipschitz`` (logistic and hinge: 1).  Its closed-form dual (Shafieezadeh-Abadeh,
+    Kuhn and Mohajerin Esfahani, 2015; the one the ``dro`` and skwdro libraries use):
+
+    * ``label_cost=None`` (labels never move): u holds the n losses l(y_i w.x_i) and
+
+          F(u, w) = mean(u) + eps * lipschitz * ||w||_*;
+
+    * a finite label cost kappa: u holds 2n losses, the n at the labels y_i and then the n at -y_i, and
+
+          F(u, w) = min_{lam >= lipschitz ||w||_*} lam eps + mean_i max(u_i, u_{n+i} - lam kappa).
+
+    ``||.||_*`` is the dual norm of the features' cost ``norm`` (p = 1, 2 or inf, or any p >= 1: the dual of
+    ||.||_p is ||.||_{p/(p-1)}).  ``weights`` is the CVXPY expression of w, the model's weights: the domain's
+    variable (``domain.variable``) or an expression of it (a slice, without the bias).  F reads x, so the
+    GLMO's conic route solves with it; the second form is a partial minimization over lam, which CVXPY
+    evaluates (``F.value``) by a small solve.
+    """
+    n = _vector(u, "wasserstein_dro")
+    eps = _number(eps, "eps", "wasserstein_dro")
+    if not eps >= 0:
+        raise ModelError(f"wasserstein_dro eps must be a radius >= 0, got {eps}; 0 is the mean loss")
+    if not isinstance(weights, cp.Expression) or weights.size < 1:
+        raise ModelError(
+            f"wasserstein_dro weights must be the CVXPY expression of the model's weights, e.g. domain.variable "
+            f"or domain.variable[:-1] (without the bias), got {weights!r}"
+        )
+    infinite = isinstance(norm, (int, float, np.number)) and norm == math.inf
+    p = math.inf if infinite else _number(norm, "norm", "wasserstein_dro")
+    if not p >= 1:
+        raise ModelError(f"wasserstein_dro norm must be p >= 1 (or float('inf')): the features' cost ||.||_p, got {p}")
+    dual = math.inf if p == 1 else (1.0 if p == math.inf else p / (p - 1))
+    lip = _number(lipschitz, "lipschitz", "wasserstein_dro")
+    if not lip > 0:
+        raise ModelError(
+            f"wasserstein_dro lipschitz must be > 0 (the loss's Lipschitz constant in the margin), got {lip}"
+        )
+    slope = lip * cp.norm(cp.vec(weights, order="C"), dual)
+    if label_cost is None:
+        return cp.sum(u) / n + eps * slope
+    kappa = _number(label_cost, "label_cost", "wasserstein_dro")
+    if not kappa > 0:
+        raise ModelError(f"wasserstein_dro label_cost must be > 0 (None: labels never move), got {kappa}")
+    if n % 2:
+        raise ModelError(
+            f"wasserstein_dro with a label_cost needs u of 2n losses (the n at y, then the n at -y), got {n}"
+        )
+    lam = cp.Variable(nonneg=True, name="wasserstein_multiplier")
+    at_y, flipped = u[: n // 2], u[n // 2 :]
+    objective = lam * eps + cp.sum(cp.maximum(at_y, flipped - kappa * lam)) / (n // 2)
+    inner = cp.Problem(cp.Minimize(objective), [lam >= slope])
+    return partial_optimize(inner, opt_vars=[lam], dont_opt_vars=[v for v in inner.variables() if v is not lam])
 
 
 def _pairs(u: cp.Expression, n_pos: int, helper: str) -> int:
