@@ -15,7 +15,6 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import fullcomp as fc
-from fullcomp.errors import OptionError
 from fullcomp.estimators import RobustLinearRegression, RobustLinearSVC, RobustLogisticRegression
 
 torch.set_num_threads(1)
@@ -32,13 +31,22 @@ def _data(n: int = 200, d: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarr
 # ---- scikit-learn's estimator checks ---------------------------------------------------------------------------
 
 _CHECKED = [
-    RobustLogisticRegression(max_iter=30),
-    RobustLinearSVC(max_iter=30),
-    RobustLinearRegression(max_iter=30),
+    RobustLogisticRegression(max_iter=10),
+    RobustLinearSVC(max_iter=10),
+    RobustLinearRegression(max_iter=10),
 ]
 
 
-@parametrize_with_checks(_CHECKED)
+def _expected_failures(estimator) -> dict[str, str]:
+    return {
+        "check_sample_weight_equivalence_on_dense_data": (
+            "a first-order method stopped after max_iter steps: the weighted data and the repeated rows define "
+            "the same problem (test_sample_weight_is_row_repetition checks it) but take different iterates"
+        )
+    }
+
+
+@parametrize_with_checks(_CHECKED, expected_failed_checks=_expected_failures)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 

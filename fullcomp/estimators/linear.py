@@ -136,18 +136,8 @@ class RobustLinearModel(BaseEstimator):
         options.update({k: v for k, v in named.items() if v is not None})
         return {**options, **(self.solver_options or {})}
 
-    def decision_function(self, X: Any) -> np.ndarray:
-        """The linear score X w + b of each row.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-            The rows to score.
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
+    def _scores(self, X: Any) -> np.ndarray:
+        """The linear score X w + b of each row, once the model is fitted."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return X @ np.ravel(self.coef_) + float(np.ravel(self.intercept_)[0])
@@ -176,6 +166,20 @@ class _Classifier(ClassifierMixin, RobustLinearModel):
     def _shaped(self, coef: np.ndarray, intercept: float) -> tuple[np.ndarray, np.ndarray]:
         return coef.reshape(1, -1), np.array([intercept])
 
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The linear score X w + b of each row: positive for classes_[1].
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            The rows to score.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,)
+        """
+        return self._scores(X)
+
     def predict(self, X: Any) -> np.ndarray:
         """The class of each row: classes_[1] where the score is positive.
 
@@ -188,7 +192,8 @@ class _Classifier(ClassifierMixin, RobustLinearModel):
         -------
         ndarray of shape (n_samples,)
         """
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        positive = self.decision_function(X) > 0  # first: it checks that the model is fitted
+        return self.classes_[positive.astype(int)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -235,7 +240,7 @@ def _problem(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np
     radius, bound = domain_size(est, X, t)
     ball = (L2Ball if est.penalty == "l2" else L1Ball)(d, radius)
     domain = Product(ball, Box(-bound, bound, shape=(1,))) if est.fit_intercept else ball
-    Xt, tt = torch.as_tensor(X), torch.as_tensor(t, dtype=torch.float64)
+    Xt, tt = torch.tensor(X), torch.tensor(t, dtype=torch.float64)  # copies: X may be a read-only memmap
     to_groups, sizes = (
         _group_means(groups, w if p is not None else np.ones(n), n) if est.risk == "group" else (None, None)
     )
@@ -476,4 +481,4 @@ class RobustLinearRegression(RegressorMixin, RobustLinearModel):
         -------
         ndarray of shape (n_samples,)
         """
-        return self.decision_function(X)
+        return self._scores(X)
