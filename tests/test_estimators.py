@@ -12,10 +12,12 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import fullcomp as fc
-from fullcomp.estimators import RobustLinearRegression, RobustLinearSVC, RobustLogisticRegression
+from fullcomp.errors import OptionError
+from fullcomp.estimators import RobustLinearRegression, RobustLinearSVC, RobustLogisticRegression, risks
 
 torch.set_num_threads(1)
 
@@ -104,3 +106,87 @@ def test_robust_objective_is_cvxpys_optimum(risk):
     if risk == "entropic":  # a penalized sup: q.u less lam KL(q || 1/n) is the value
         attained -= alpha * np.sum(q * np.log(np.maximum(q * n, 1e-300)))
     assert abs(attained - model.robust_objective_) <= 1e-6
+
+
+def _fit_reference(F: cp.Expression, constraints: list, w: cp.Variable, b: cp.Variable, model) -> float:
+    constraints += [cp.norm(w, 2) <= model.radius_, cp.abs(b) <= model.intercept_bound_]
+    return cp.Problem(cp.Minimize(F), constraints).solve(solver=cp.CLARABEL)
+
+
+def test_group_risk_and_its_weights_against_cvxpy():
+    X, y = _data()
+    groups = np.where(X[:, 0] > 0.5, "a", "b")
+    model = RobustLogisticRegression("group", 1.0, max_iter=600, random_state=0).fit(X, y, groups=groups)
+    w, b = cp.Variable(X.shape[1]), cp.Variable()
+    losses = cp.logistic(-cp.multiply(np.where(y == 1, 1.0, -1.0), X @ w + b))
+    worst = [cp.sum(losses[groups == g]) / np.sum(groups == g) + 1.0 / np.sqrt(np.sum(groups == g)) for g in "ab"]
+    optimum = _fit_reference(cp.max(cp.hstack(worst)), [], w, b, model)
+    assert abs(model.robust_objective_ - optimum) <= 1e-3 * abs(optimum)
+    q = model.worst_case_weights_
+    assert abs(q.sum() - 1) < 1e-9 and q.min() >= 0
+    for g in "ab":  # a group's weight is shared evenly by its rows, as its mean loss shares the group's loss
+        assert np.ptp(q[groups == g]) < 1e-12
+
+
+def test_wasserstein_is_the_mean_loss_plus_a_norm_against_cvxpy():
+    X, y = _data()
+    model = RobustLogisticRegression("wasserstein", 0.05, max_iter=150, random_state=0).fit(X, y)
+    w, b = cp.Variable(X.shape[1]), cp.Variable()
+    # Wasserstein-1 DRO on the features of the 1-Lipschitz logistic loss: mean loss + radius ||w||_2
+    losses = cp.logistic(-cp.multiply(np.where(y == 1, 1.0, -1.0), X @ w + b))
+    optimum = _fit_reference(cp.sum(losses) / X.shape[0] + 0.05 * cp.norm(w, 2), [], w, b, model)
+    # F reads w here: the conic GLMO route, and Frank-Wolfe's O(1/k) decrease, so a looser tolerance
+    assert abs(model.robust_objective_ - optimum) <= 2e-2 * abs(optimum)
+    np.testing.assert_allclose(model.worst_case_weights_, 1.0 / X.shape[0])
+
+
+def test_regression_cvar_against_cvxpy_and_a_callable_risk_is_the_named_one():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((100, 4))
+    y = X @ np.array([1.0, -2.0, 0.5, 0.0]) + 3.0 + 0.3 * rng.standard_normal(100)
+    model = RobustLinearRegression("cvar", 0.3, C=0.2, max_iter=150, random_state=0).fit(X, y)
+    w, b = cp.Variable(4), cp.Variable()
+    optimum = _fit_reference(fc.cvar(cp.square(y - X @ w - b), 0.3), [], w, b, model)
+    # C = 0.2: a smaller domain (the reference has the same), which Frank-Wolfe crosses in fewer steps
+    assert -1e-6 <= model.robust_objective_ - optimum <= 2e-2 * abs(optimum)
+    assert model.score(X, y) > 0.9
+    same = RobustLinearRegression(lambda u: fc.cvar(u, 0.3), C=0.2, max_iter=150, random_state=0).fit(X, y)
+    np.testing.assert_allclose(same.coef_, model.coef_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name, alpha", [("mean", None), ("cvar", 0.3), ("chi2", 1.0), ("tv", 0.2)])
+def test_sample_weight_is_row_repetition(name, alpha):
+    rng = np.random.default_rng(2)
+    losses, counts = rng.standard_normal(7), np.array([1, 3, 0, 2, 1, 4, 2])
+    weighted = risks.outer(name, alpha, fc.inner_value(7), counts / counts.sum())
+    repeated_u = np.repeat(losses, counts)
+    repeated = risks.outer(name, alpha, fc.inner_value(repeated_u.size), None)
+    q_repeated = fc.risk_weights(repeated, repeated_u)
+    q = fc.risk_weights(weighted, losses)
+    assert abs(q @ losses - q_repeated @ repeated_u) < 1e-9  # the closed forms agree
+    np.testing.assert_allclose(np.bincount(np.repeat(np.arange(7), counts), q_repeated, minlength=7), q, atol=1e-8)
+    u = next(v for v in weighted.variables() if v.shape == (7,))
+    u.value = losses
+    assert abs(weighted.value - q @ losses) < 1e-6  # and so does CVXPY's value of the weighted expression
+
+
+def test_bad_settings_raise_clear_errors():
+    X, y = _data(40)
+    with pytest.raises(OptionError, match="alpha=2.0 for risk='cvar' must be in"):
+        RobustLogisticRegression("cvar", 2.0).fit(X, y)
+    with pytest.raises(OptionError, match="alpha=0.3 for risk='mean'"):
+        RobustLogisticRegression("mean", 0.3).fit(X, y)
+    with pytest.raises(OptionError, match="sample_weight is not supported with risk='kl'"):
+        RobustLogisticRegression("kl").fit(X, y, sample_weight=np.arange(40) % 3)
+    with pytest.raises(OptionError, match="risk='group' needs the group of each row"):
+        RobustLogisticRegression("group").fit(X, y)
+    with pytest.raises(OptionError, match="groups is read by risk='group' only"):
+        RobustLogisticRegression().fit(X, y, groups=y)
+    with pytest.raises(OptionError, match="needs a Lipschitz loss"):
+        RobustLinearRegression("wasserstein").fit(X, y.astype(float))
+    with pytest.raises(OptionError, match="a callable risk carries its own size"):
+        RobustLogisticRegression(lambda u: fc.cvar(u, 0.2), 0.3).fit(X, y)
+    with pytest.raises(OptionError, match="must return a scalar CVXPY expression"):
+        RobustLogisticRegression(lambda u: u).fit(X, y)
+    with pytest.raises(InvalidParameterError, match="'C' parameter"):
+        RobustLogisticRegression(C=-1.0).fit(X, y)
