@@ -190,3 +190,13 @@ def test_bad_settings_raise_clear_errors():
         RobustLogisticRegression(lambda u: u).fit(X, y)
     with pytest.raises(InvalidParameterError, match="'C' parameter"):
         RobustLogisticRegression(C=-1.0).fit(X, y)
+
+
+def test_import_fullcomp_does_not_load_scikit_learn():
+    import subprocess
+    import sys
+
+    probe = "import sys, fullcomp\nprint('sklearn' in sys.modules, 'fullcomp.estimators' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]

@@ -8,6 +8,7 @@ by ``alpha=``) or the user's, l_i the model's loss on training row i, and X the 
 from __future__ import annotations
 
 import math
+import os
 from numbers import Integral, Real
 from typing import Any
 
@@ -26,6 +27,7 @@ from fullcomp.estimators import risks
 from fullcomp.model.calculus import risk_weights
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.model.placeholder import inner_value
+from fullcomp.run import Checkpoint
 from fullcomp.sets import Box, L1Ball, L2Ball, Product
 
 #: The torch loss of a score s (the linear model's output) for a target t: +-1 labels or real targets.
@@ -62,7 +64,7 @@ class RobustLinearModel(BaseEstimator):
         "tol": [Interval(Real, 0, None, closed="neither"), None],
         "seconds": [Interval(Real, 0, None, closed="neither"), None],
         "random_state": ["random_state"],
-        "checkpoint": [str, object, None],
+        "checkpoint": [str, os.PathLike, Checkpoint, None],
         "solver_options": [dict, None],
         "verbose": ["boolean"],
     }
@@ -309,7 +311,7 @@ _FIT_DOC = """
     risk : str or callable, default "cvar"
         The risk of the per-sample losses that the fit minimizes: "cvar", "chi2", "kl", "tv", "entropic",
         "wasserstein", "group", "max" or "mean" (empirical risk minimization), or a callable that builds a
-        CVXPY risk of the placeholder u it is given, ``risk=lambda u: fc.cvar(u, 0.2)``.
+        CVXPY risk of the placeholder u it is given, ``risk=lambda u: fc.cvar(u, 0.2)``.{loss}
     alpha : float, optional
         The named risk's size (None: its default): the CVaR level in (0, 1] (0.5); the chi-square radius eps,
         the risk being fc.chi2_dro with kappa = eps / 2, that is n sum (q_i - 1/n)^2 <= eps (1.0); the KL
@@ -345,7 +347,7 @@ _FIT_DOC = """
     Attributes
     ----------
     coef_, intercept_ : ndarray
-        The fitted model.
+        The fitted model.{classes}
     worst_case_weights_ : ndarray of shape (n_samples,)
         The risk's weights q at the fitted model's training losses (``fc.risk_weights``): the adversary's
         distribution over the training rows (for "group", a group's weight shared by its rows as its mean
@@ -353,7 +355,8 @@ _FIT_DOC = """
     robust_objective_ : float
         The risk at the fitted model (the penalty included for "wasserstein").
     gap_ : float
-        The gap (certificate) the method reached, the history's ``result_.info["gap_measure"]`` column.
+        The method's gap at its last iteration (the history's ``result_.info["gap_measure"]`` column): for
+        HMSFW an estimate of the Frank-Wolfe gap, which bounds the suboptimality only once it is exact.
     history_, result_ : fc.History, fc.Result
         The run.
     n_iter_ : int
@@ -364,6 +367,8 @@ _FIT_DOC = """
         As in scikit-learn.
 """
 _CLASSIFIER_DOC = dict(
+    loss="",
+    classes="\n    classes_ : ndarray of shape (2,)\n        The two classes; classes_[1] has the positive score.",
     scale="",
     why=", so sigmoid scores saturate long before a fitted model of non-separable data reaches the radius",
     bound="1 + log(2 n)",
@@ -375,7 +380,6 @@ _CLASSIFIER_DOC = dict(
 class RobustLogisticRegression(_Classifier):
     __doc__ = (
         "Logistic regression minimizing a robust risk of the logistic losses log(1 + exp(-y (w.x + b))).\n"
-        + "    classes_ : the two classes (classes_[1] is y = +1).\n"
         + _FIT_DOC.format(**_CLASSIFIER_DOC)
     )
     _loss_name = "logistic"
@@ -423,8 +427,9 @@ class RobustLinearSVC(_Classifier):
 class RobustLinearRegression(RegressorMixin, RobustLinearModel):
     __doc__ = (
         "Linear regression minimizing a robust risk of the squared losses (y - w.x - b)^2 or the absolute ones.\n"
-        + "    loss : {'squared', 'absolute'}, default 'squared' (keyword).\n"
         + _FIT_DOC.format(
+            loss="\n    loss : {'squared', 'absolute'}, default 'squared'\n        The loss of a residual y - w.x - b.",
+            classes="",
             scale=" std(y)",
             why=" for targets of standard deviation std(y)",
             bound="max |y| + 1",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import cvxpy as cp
 import numpy as np
@@ -177,7 +176,3 @@ def _divergence(q: np.ndarray, p: np.ndarray) -> float:
     keep = p > 0
     return 0.5 * float(np.sum((q[keep] - p[keep]) ** 2 / p[keep]))
 
-
-def describe(name: Any) -> str:
-    """One line per named risk and what its ``alpha`` is, for error messages."""
-    return "; ".join(f"{k}: {v[1]}" for k, v in SIZES.items())
