@@ -77,20 +77,21 @@ def _tv_reference(ell: cp.Variable, eps: float) -> tuple[cp.Expression, list]:
     return c + cp.sum(cp.pos(ell - c)) / ell.shape[0] + 2 * eps * lam, [ell <= c + 2 * lam]
 
 
+#: risk -> (alpha, CVXPY's risk of the loss epigraph, iterations: each within 1e-3 of the optimum, tv the dearest)
 REFERENCES = {
-    "cvar": (0.3, lambda ell, a: (fc.cvar(ell, a), [])),
-    "chi2": (1.0, lambda ell, a: (fc.chi2_dro(ell, a / 2), [])),
-    "kl": (0.3, lambda ell, a: (fc.kl_dro(ell, a), [])),
-    "tv": (0.2, _tv_reference),
-    "entropic": (1.0, lambda ell, a: (fc.entropic_risk(ell, a), [])),
+    "cvar": (0.3, lambda ell, a: (fc.cvar(ell, a), []), 150),
+    "chi2": (1.0, lambda ell, a: (fc.chi2_dro(ell, a / 2), []), 150),
+    "kl": (0.3, lambda ell, a: (fc.kl_dro(ell, a), []), 150),
+    "tv": (0.2, _tv_reference, 80),
+    "entropic": (1.0, lambda ell, a: (fc.entropic_risk(ell, a), []), 150),
 }
 
 
 @pytest.mark.parametrize("risk", list(REFERENCES))
 def test_robust_objective_is_cvxpys_optimum(risk):
     X, y = _data()
-    alpha, build = REFERENCES[risk]
-    model = RobustLogisticRegression(risk, alpha, max_iter=150, random_state=0).fit(X, y)
+    alpha, build, iters = REFERENCES[risk]
+    model = RobustLogisticRegression(risk, alpha, max_iter=iters, random_state=0).fit(X, y)
     n, d = X.shape
     w, b, ell = cp.Variable(d), cp.Variable(), cp.Variable(n)
     # ell >= the logistic losses: every risk here is nondecreasing in each loss, so the epigraph is tight.
