@@ -201,3 +201,13 @@ def test_import_fullcomp_does_not_load_scikit_learn():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_groups_and_sample_weight_reach_the_estimator_through_pipeline_and_grid_search():
+    X, y = _data(120)
+    groups, weights = np.where(X[:, 1] > 0, 0, 1), 1.0 + (np.arange(120) % 2)
+    pipe = Pipeline([("scale", StandardScaler()), ("clf", RobustLogisticRegression(risk="group", max_iter=20))])
+    search = GridSearchCV(pipe, {"clf__alpha": [0.0, 1.0]}, cv=2)
+    search.fit(X, y, clf__groups=groups, clf__sample_weight=weights)  # each fold gets its rows' groups and weights
+    fitted = search.best_estimator_.named_steps["clf"]
+    assert fitted.worst_case_weights_.shape == (120,) and search.score(X, y) > 0.8
