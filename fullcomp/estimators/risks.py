@@ -1,8 +1,9 @@
 """The risk of a robust estimator: its name and size (``risk=``, ``alpha=``), resolved to a CVXPY outer function.
 
 A named risk of the per-sample losses u (one entry per training row) is one of fullcomp's named risks, which
-declare their value and weights in closed form; "tv" is built here from two of them.  Sample weights p (the
-normalized ``sample_weight``) turn a risk of the empirical distribution into the same risk of the weighted one:
+declare their value and weights in closed form ("tv" is fc.tv_dro; with sample weights it is built here from
+two weighted CVaRs).  Sample weights p (the normalized ``sample_weight``)
+turn a risk of the empirical distribution into the same risk of the weighted one:
 every named risk here is a worst expectation over distributions q near the data's, and with weights "near"
 is measured from p instead of the uniform 1/n.  For integer weights this is the risk of the data set with
 row i repeated ``sample_weight[i]`` times (the repeated rows get equal weights at the optimum).
@@ -19,7 +20,7 @@ from cvxpy.transforms.partial_optimize import partial_optimize
 
 from fullcomp.errors import OptionError
 from fullcomp.model.calculus import risk, risk_weights
-from fullcomp.model.outer import chi2_dro, cvar, entropic_risk, group_dro, kl_dro
+from fullcomp.model.outer import chi2_dro, cvar, entropic_risk, group_dro, kl_dro, tv_dro
 
 #: name -> (default size, what the size is, the test it must pass, the words of that test).
 SIZES: dict[str, tuple[float | None, str, Callable[[float], bool], str]] = {
@@ -101,8 +102,10 @@ def total_variation(u: cp.Variable, eps: float, p: np.ndarray | None) -> cp.Expr
     """max { q.u : q in the simplex, TV(q, p) <= eps }: the adversary moves mass eps from the smallest losses to
     the largest, so it is eps max(u) + (1 - eps) CVaR_{1 - eps}(u) (of the p-weighted distribution)."""
     n = u.shape[0]
+    if p is None:
+        return tv_dro(u, eps)
     if eps == 0:
-        return cvar(u, 1.0) if p is None else weighted_cvar(u, 1.0, p)
+        return weighted_cvar(u, 1.0, p)
     top = cvar(u, 1.0 / n)
     tail = cvar(u, 1.0 - eps) if p is None else weighted_cvar(u, 1.0 - eps, p)
 
