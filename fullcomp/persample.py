@@ -20,6 +20,18 @@ from fullcomp.errors import ModelError, OracleError
 
 LOSS_SIGNATURE = "loss(x, rows) -> Tensor of shape (b,), one loss per row of the b rows given"
 JACOBIAN_SIGNATURE = "jacobian(x, rows) -> Tensor of shape (b, *x.shape), one gradient per row"
+SAMPLER_SIGNATURE = "sampler(generator) -> 1-D integer tensor of row indices in 0..n-1"
+
+
+class AllRows:
+    """The full batch of a per-sample problem: every row, evaluated in chunks (never as one n-row copy)."""
+
+    def __repr__(self) -> str:
+        return "ALL_ROWS"
+
+
+#: The batch ``problem.full_batch`` of a problem on ``fc.PerSample``: all n rows.
+ALL_ROWS = AllRows()
 
 
 class PerSample:
@@ -68,8 +80,8 @@ class PerSample:
         return f"PerSample(n={self.n}, batch_size={self.batch_size})"
 
     def draw(self, generator: torch.Generator) -> torch.Tensor:
-        """A batch of ``batch_size`` distinct row indices, uniformly at random, on the CPU."""
-        return torch.randperm(self.n, generator=generator)[: self.batch_size]
+        """A batch of ``batch_size`` distinct row indices, uniformly at random, on the generator's device."""
+        return torch.randperm(self.n, generator=generator, device=generator.device)[: self.batch_size]
 
     def rows(self, index: torch.Tensor, device: Any = None) -> tuple[torch.Tensor, ...]:
         """The rows ``index`` of every data tensor, moved to ``device`` when given."""
@@ -81,9 +93,7 @@ class PerSample:
         out = self.loss(x, self.rows(index, x.device))
         if not isinstance(out, torch.Tensor) or out.shape != (len(index),):
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise OracleError(
-                f"fc.PerSample: loss returned {got} for {len(index)} rows; it must be {LOSS_SIGNATURE}"
-            )
+            raise OracleError(f"fc.PerSample: loss returned {got} for {len(index)} rows; it must be {LOSS_SIGNATURE}")
         return out
 
     def gradients(self, x: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,10 +111,36 @@ class PerSample:
             value = self.loss(x, tuple(t.unsqueeze(0) for t in row)).reshape(())
             return value, value
 
-        J, values = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, *([0] * len(rows))))(
-            x, *rows
-        )
+        J, values = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, *([0] * len(rows))))(x, *rows)
         return values, J
+
+    def index(self, batch: Any, where: str = "") -> torch.Tensor:
+        """``batch`` checked to be a 1-D integer tensor of row indices in 0..n-1 (a sampler's draw)."""
+        if (
+            not isinstance(batch, torch.Tensor)
+            or batch.dim() != 1
+            or batch.dtype.is_floating_point
+            or batch.dtype.is_complex
+            or batch.dtype == torch.bool
+        ):
+            got = (
+                f"{batch.dtype} tensor of shape {tuple(batch.shape)}"
+                if isinstance(batch, torch.Tensor)
+                else type(batch).__name__
+            )
+            raise OracleError(f"fc.PerSample: a batch must be {SAMPLER_SIGNATURE}; the sampler gave a {got}{where}")
+        if batch.numel() and (int(batch.min()) < 0 or int(batch.max()) >= self.n):
+            raise OracleError(
+                f"fc.PerSample: the sampler drew row indices outside 0..{self.n - 1}{where}; it must be "
+                f"{SAMPLER_SIGNATURE}"
+            )
+        return batch
+
+    def batch_values(self, x: torch.Tensor, batch: Any) -> torch.Tensor:
+        """The map as a problem calls it: the losses of the rows ``batch`` (all n losses on ``ALL_ROWS``)."""
+        if isinstance(batch, AllRows):
+            return self.all_values(x)
+        return self.values(x, self.index(batch))
 
     def all_values(self, x: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
         """All n losses at x, computed in chunks of rows so that memory stays O(chunk)."""
