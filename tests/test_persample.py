@@ -15,7 +15,8 @@ def logistic(x, rows):
 def data(n=40, d=3):
     g = torch.Generator().manual_seed(0)
     X = torch.randn(n, d, generator=g, dtype=torch.float64)
-    return X, torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double()
+    signal = X @ torch.linspace(1.0, -2.0, d, dtype=torch.float64) + torch.randn(n, generator=g, dtype=torch.float64)
+    return X, torch.where(signal < 0, -1.0, 1.0).double()  # labels a linear model explains, with noise
 
 
 def test_per_sample_gradients_match_the_closed_form():
@@ -96,3 +97,109 @@ def test_construction_probes_one_batch_of_rows_only():
     ps = fc.PerSample(loss, (X, y), batch_size=16)
     fc.CompositeProblem(outer=fc.cvar(fc.inner_value(5000), 0.1), inner=ps, domain=fc.L2Ball(3, 2.0))
     assert seen and max(seen) == 16
+
+
+def test_exact_jacobian_is_every_row_in_chunks_and_matches_the_dense_map():
+    from fullcomp.oracles.jacobian import InnerOracle
+    from fullcomp.oracles.rows import RowsOracle
+    from fullcomp.persample import ALL_ROWS
+
+    problem, ps = robust(n=23)
+    X, y = ps.data
+    x = torch.tensor([0.4, -0.7, 1.1], dtype=torch.float64)
+    values, J, index = RowsOracle(ps, (3,), torch.float64, chunk=5)(x, ALL_ROWS, 0)
+    assert index is None and J.shape == (23, 3)
+    closed = (-y * torch.sigmoid(-y * (X @ x)))[:, None] * X
+    torch.testing.assert_close(J, closed, rtol=1e-12, atol=1e-14)
+    dense_value, dense_J = InnerOracle(lambda x, batch: logistic(x, (X, y)), 23, (3,), "cpu", torch.float64)(x, None, 0)
+    torch.testing.assert_close(values, dense_value, rtol=1e-14, atol=1e-15)  # a dot per row, or one matvec
+    torch.testing.assert_close(J, dense_J, rtol=1e-14, atol=1e-15)
+    batch = torch.tensor([4, 17, 0])
+    values, J, index = RowsOracle(ps, (3,), torch.float64)(x, batch, 1)
+    assert torch.equal(index, batch)
+    torch.testing.assert_close(J, closed[batch], rtol=1e-12, atol=1e-14)
+
+
+def model(problem, variant="polyak", tracker="polyak", seed=0):
+    from fullcomp.oracles.tracked import TrackedModel
+
+    g = torch.Generator().manual_seed(seed)
+    return TrackedModel(problem, "cpu", torch.float64, g, variant=variant, tracker=tracker)
+
+
+@pytest.mark.parametrize("variant", ["polyak", "taylor"])
+def test_tracked_rows_change_only_at_the_drawn_rows(variant):
+    problem, ps = robust(n=30, batch_size=4)
+    X, y = ps.data
+    m = model(problem, variant)
+    y0 = torch.zeros(3, dtype=torch.float64)
+    state = m.start(y0)
+    torch.testing.assert_close(state.z, logistic(y0, (X, y)))  # the first sample is every row
+    points = [torch.tensor([0.1 * k, -0.05 * k, 0.02 * k], dtype=torch.float64) for k in range(1, 5)]
+    replay = torch.Generator().manual_seed(0)
+    for k, point in enumerate(points):
+        kept = (state.y.clone(), state.V.clone(), state.z.clone(), state.sample.clone())
+        new = m.advance(state, point, 0.3, 0.6, k + 1)
+        drawn = ps.draw(replay)  # the model draws from its generator: the same rows
+        for before, field in zip(kept, (state.y, state.V, state.z, state.sample)):
+            assert torch.equal(before, field)  # the step left its input state intact
+        other = torch.ones(30, dtype=torch.bool)
+        other[drawn] = False
+        assert torch.equal(new.V[other], state.V[other])
+        grads = (-y * torch.sigmoid(-y * (X @ point)))[:, None] * X
+        torch.testing.assert_close(new.V[drawn], 0.7 * state.V[drawn] + 0.3 * grads[drawn], rtol=1e-13, atol=1e-15)
+        losses = logistic(point, (X, y))
+        base = state.z if variant == "polyak" else state.z + new.V @ (point - state.y)
+        assert torch.equal(new.z[other], base[other])
+        torch.testing.assert_close(new.z[drawn], 0.4 * base[drawn] + 0.6 * losses[drawn], rtol=1e-13, atol=1e-15)
+        torch.testing.assert_close(new.sample[drawn], losses[drawn])
+        assert torch.equal(new.sample[other], state.sample[other])
+        state = new
+
+
+def test_storm_on_rows_and_the_refused_tracker():
+    from fullcomp.errors import OptionError
+
+    problem, ps = robust(n=30, batch_size=5)
+    X, y = ps.data
+    m = model(problem, tracker="storm")
+    state = m.start(torch.zeros(3, dtype=torch.float64))
+    point = torch.tensor([0.2, 0.1, -0.3], dtype=torch.float64)
+    new = m.advance(state, point, 0.25, 1.0, 1)
+    drawn = ps.draw(torch.Generator().manual_seed(0))
+
+    def grads(x):
+        return ((-y * torch.sigmoid(-y * (X @ x)))[:, None] * X)[drawn]
+
+    expected = grads(point) + 0.75 * (state.V[drawn] - grads(state.y))
+    torch.testing.assert_close(new.V[drawn], expected, rtol=1e-13, atol=1e-15)
+    with pytest.raises(OptionError, match="tracker='hessian'"):
+        model(problem, tracker="hessian")
+    with pytest.raises(ModelError, match="fc.PerSample.*methods for it: hmsfw"):
+        fc.solve(problem, "fw", iters=2)
+    assert "fw" not in [m.name for m in fc.methods(problem)]
+
+
+@pytest.mark.parametrize(("method", "options"), [("hmsfw", {}), ("hmsfw-i", {"glmo": "colgen"}), ("hmsfw-exact", {})])
+def test_hmsfw_on_rows_equals_hmsfw_on_the_dense_map(method, options):
+    # Every update draws all n rows (batch_size = n), so the index-based trackers change every row as the
+    # dense ones do, whatever order the rows come in: the runs agree to rounding (a dot per row or a matvec).
+    n = 20
+    problem, ps = robust(n=n, batch_size=n)
+    X, y = ps.data
+    dense = fc.CompositeProblem(
+        outer=fc.cvar(fc.inner_value(n), 0.25),
+        inner=lambda x, batch: logistic(x, (X, y)),
+        domain=fc.L2Ball(3, 2.0),
+        sampler=lambda g: torch.randperm(n, generator=g),
+        full_batch="all",
+    )
+    runs = [fc.solve(p, method, iters=6, seed=3, progress=False, **options) for p in (problem, dense)]
+    rows, dense_rows = (r.history.rows for r in runs)
+    assert len(rows) == len(dense_rows) and runs[0].info["glmo_route"] == runs[1].info["glmo_route"]
+    for a, b in zip(rows, dense_rows):
+        assert a["objective_estimate"] == pytest.approx(b["objective_estimate"], rel=1e-10, abs=1e-12)
+    torch.testing.assert_close(torch.as_tensor(runs[0].x), torch.as_tensor(runs[1].x), rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(runs[0].V, runs[1].V, rtol=1e-8, atol=1e-10)
+    assert float(torch.linalg.vector_norm(torch.as_tensor(runs[0].x))) > 0.5  # the runs moved
+    assert runs[0].history.rows[-1]["objective"] == pytest.approx(problem.objective(runs[0].x), rel=1e-12)
