@@ -80,8 +80,23 @@ class PerSample:
         return f"PerSample(n={self.n}, batch_size={self.batch_size})"
 
     def draw(self, generator: torch.Generator) -> torch.Tensor:
-        """A batch of ``batch_size`` distinct row indices, uniformly at random, on the generator's device."""
-        return torch.randperm(self.n, generator=generator, device=generator.device)[: self.batch_size]
+        """A batch of ``batch_size`` distinct row indices, uniformly at random, on the generator's device.
+
+        The first ``batch_size`` distinct values of a stream of uniform draws (a uniform random subset, in
+        random order): O(batch) work, where a permutation of all n rows cost 66 ms at n = 1,000,000.
+        """
+        n, b, device = self.n, self.batch_size, generator.device
+        if 4 * b > n:  # a large share of the rows: the permutation is as cheap and needs no redraws
+            return torch.randperm(n, generator=generator, device=device)[:b]
+        drawn = torch.empty(0, dtype=torch.int64, device=device)
+        while True:
+            drawn = torch.cat([drawn, torch.randint(n, (2 * b,), generator=generator, device=device)])
+            values, inverse = torch.unique(drawn, return_inverse=True)
+            if len(values) >= b:
+                break
+        positions = torch.arange(len(drawn), device=device)
+        first = torch.full((len(values),), len(drawn), device=device).scatter_reduce_(0, inverse, positions, "amin")
+        return values[first.argsort()[:b]]
 
     def rows(self, index: torch.Tensor, device: Any = None) -> tuple[torch.Tensor, ...]:
         """The rows ``index`` of every data tensor, moved to ``device`` when given."""
