@@ -180,8 +180,11 @@ def test_storm_on_rows_and_the_refused_tracker():
     assert "fw" not in [m.name for m in fc.methods(problem)]
 
 
-@pytest.mark.parametrize(("method", "options"), [("hmsfw", {}), ("hmsfw-i", {"glmo": "colgen"}), ("hmsfw-exact", {})])
-def test_hmsfw_on_rows_equals_hmsfw_on_the_dense_map(method, options):
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("hmsfw", {}), ("hmsfw-i", {"glmo": "colgen"}), ("hmsfw-exact", {}), ("scfw", {}), ("psg", {}), ("prox-linear", {})],
+)
+def test_methods_on_rows_equal_the_methods_on_the_dense_map(method, options):
     # Every update draws all n rows (batch_size = n), so the index-based trackers change every row as the
     # dense ones do, whatever order the rows come in: the runs agree to rounding (a dot per row or a matvec).
     n = 20
@@ -196,7 +199,7 @@ def test_hmsfw_on_rows_equals_hmsfw_on_the_dense_map(method, options):
     )
     runs = [fc.solve(p, method, iters=6, seed=3, progress=False, **options) for p in (problem, dense)]
     rows, dense_rows = (r.history.rows for r in runs)
-    assert len(rows) == len(dense_rows) and runs[0].info["glmo_route"] == runs[1].info["glmo_route"]
+    assert len(rows) == len(dense_rows) and runs[0].info.get("glmo_route") == runs[1].info.get("glmo_route")
     for a, b in zip(rows, dense_rows):
         assert a["objective_estimate"] == pytest.approx(b["objective_estimate"], rel=1e-10, abs=1e-12)
     torch.testing.assert_close(torch.as_tensor(runs[0].x), torch.as_tensor(runs[1].x), rtol=1e-8, atol=1e-10)
