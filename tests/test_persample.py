@@ -182,7 +182,14 @@ def test_storm_on_rows_and_the_refused_tracker():
 
 @pytest.mark.parametrize(
     ("method", "options"),
-    [("hmsfw", {}), ("hmsfw-i", {"glmo": "colgen"}), ("hmsfw-exact", {}), ("scfw", {}), ("psg", {}), ("prox-linear", {})],
+    [
+        ("hmsfw", {}),
+        ("hmsfw-i", {"glmo": "colgen"}),
+        ("hmsfw-exact", {}),
+        ("scfw", {}),
+        ("psg", {}),
+        ("prox-linear", {}),
+    ],
 )
 def test_methods_on_rows_equal_the_methods_on_the_dense_map(method, options):
     # Every update draws all n rows (batch_size = n), so the index-based trackers change every row as the
