@@ -157,6 +157,29 @@ class PerSample:
             return self.all_values(x)
         return self.values(x, self.index(batch))
 
+    def check_jacobian(self, x: torch.Tensor, index: torch.Tensor, scale: float) -> None:
+        """Compare the closed-form ``jacobian`` with central differences of ``loss`` on the rows ``index``,
+        along one fixed random direction at x (entries of size ``scale``); ModelError when they disagree."""
+        if self.jacobian is None:
+            return
+        double = x.detach().double()
+        direction = torch.randn(x.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        direction = direction / direction.norm()
+        with torch.no_grad():
+            J = self.gradients(double.to(x.dtype), index)[1].reshape(len(index), -1).double()
+            h = (1e-6 if x.dtype == torch.float64 else 1e-2) * max(scale, 1.0)
+            ahead, behind = (self.values((double + t * direction).to(x.dtype), index).double() for t in (h, -h))
+        differences, derivative = (ahead - behind) / (2 * h), J @ direction.reshape(-1)
+        tol = (1e-4 if x.dtype == torch.float64 else 5e-2) * (1.0 + float(differences.abs().max()))
+        worst = int((derivative - differences).abs().argmax())
+        if float((derivative - differences).abs().max()) > tol:
+            raise ModelError(
+                f"fc.PerSample: jacobian= disagrees with central differences of loss at row {int(index[worst])}: "
+                f"{float(derivative[worst]):.6g} against {float(differences[worst]):.6g} along a random direction. "
+                f"It must be {JACOBIAN_SIGNATURE}, the gradient of each row's loss in x (CompositeProblem("
+                "check_gradient=False) skips this check)"
+            )
+
     def all_values(self, x: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
         """All n losses at x, computed in chunks of rows so that memory stays O(chunk)."""
         return torch.cat([self.values(x, torch.arange(i, min(i + chunk, self.n))) for i in range(0, self.n, chunk)])

@@ -281,3 +281,23 @@ def test_a_million_rows_take_updates_without_an_n_by_n_array(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "VmPeak_kB" in done.stdout
+
+
+def test_a_wrong_closed_form_jacobian_is_caught_at_construction():
+    X, y = data()
+
+    def right(x, rows):
+        A, b = rows
+        return (-b * torch.sigmoid(-b * (A @ x)))[:, None] * A
+
+    def wrong(x, rows):
+        return 2 * right(x, rows)
+
+    u = fc.inner_value(40)
+    problem = fc.CompositeProblem(fc.cvar(u, 0.25), fc.PerSample(logistic, (X, y), jacobian=right), fc.L2Ball(3, 2.0))
+    assert problem.per_sample.jacobian is right
+    with pytest.raises(ModelError, match="jacobian= disagrees with central differences"):
+        fc.CompositeProblem(fc.cvar(u, 0.25), fc.PerSample(logistic, (X, y), jacobian=wrong), fc.L2Ball(3, 2.0))
+    fc.CompositeProblem(
+        fc.cvar(u, 0.25), fc.PerSample(logistic, (X, y), jacobian=wrong), fc.L2Ball(3, 2.0), check_gradient=False
+    )

@@ -539,6 +539,8 @@ class CompositeProblem:
             raise ModelError(str(exc)) from None
         if check_gradient:
             check_directional_derivative(lambda v: self.inner(v, batch), start, self._entry_scale(start))
+            if self.per_sample is not None:  # a closed-form jacobian= against the loss, on the probed rows
+                self.per_sample.check_jacobian(start, batch, self._entry_scale(start))
 
     def _probe_rows(self, batch: Any) -> int:
         """The number of rows of the sampler's first draw, checked to be row indices: a per-sample map is
