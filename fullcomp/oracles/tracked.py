@@ -82,7 +82,7 @@ class TrackedModel:
     Notes
     -----
     On a problem declared with ``fc.PerSample`` (one loss per row of a data set) the model is index-based:
-    the first sample is every row at y_0 (one pass over the data, ``chunk`` rows at a time), then each
+    the first sample is every row at y_0 (one pass over the data, in chunks of rows), then each
     update draws b rows and changes V and z on those rows only (:mod:`fullcomp.oracles.rows`): Polyak
     V_i <- (1 - beta) V_i + beta grad l_i(y), STORM on the same rows, and z_i by the Polyak value tracker;
     the Taylor value tracker moves every z_i by its row's prediction V_i (y_{k+1} - y_k) (one n x d product)
