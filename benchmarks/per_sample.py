@@ -6,7 +6,7 @@ thread, the default GLMO route.  For each n, on the run's own objects (the track
 
 * ``rows``: the Jacobian rows of a sampled batch (per-sample gradients, 256 x 21);
 * ``advance``: a whole stochastic update of the tracked model (the rows, then the row updates of V and z and
-  Taylor's prediction of every z_i);
+  Taylor's prediction of every z_i); ``polyak``: the same with the Polyak value tracker (no n x d product);
 * ``pass``: every row's value and gradient (the exact method's sample, in chunks);
 * ``stoch``, ``exact``: the median optimizer time of an update of ``fc.hmsfw`` and of ``hmsfw-exact`` over
   ``--iters`` updates (the first, whose GLMO starts with an empty atom pool, is printed apart), with their mean
@@ -73,7 +73,14 @@ def measure(n: int, repeats: int, dense_max: int, iters: int, runs_max: int) -> 
     out = {"n": n}
     out["rows"] = best(lambda: model.sample_rows(y1, 1), repeats)
     out["advance"] = best(lambda: model.advance(state, y1, 0.5, 0.5, 1), repeats)
+    polyak = TrackedModel(problem, "cpu", torch.float64, torch.Generator().manual_seed(0), variant="polyak")
+    first = polyak.advance(polyak.start(y0), y1, 0.5, 0.5, 1)  # the first two updates copy the n rows once
+    second = polyak.advance(first, y0, 0.5, 0.5, 2)
+    out["polyak"] = best(lambda: polyak.advance(second, y1, 0.5, 0.5, 3), repeats)
     out["pass"] = best(lambda: model.sample(y1, 1, ALL_ROWS), max(1, repeats // 3))
+    if n <= dense_max:
+        oracle = InnerOracle(lambda x, batch: logistic(x, (A, b)), n, (D,), "cpu", torch.float64)
+        out["dense"] = best(lambda: oracle(y1, None, 1), 1)
     if n > runs_max:  # one GLMO call stopped after its first pricing call: the cost of one master solve
         solver = build_glmo(problem.outer, problem.domain)
         z, V, y = (t.numpy() for t in (state.z, state.V, state.y))
@@ -86,9 +93,6 @@ def measure(n: int, repeats: int, dense_max: int, iters: int, runs_max: int) -> 
         calls = [row["pricing_calls"] for row in run.history.rows[1:]]
         out[name], out[name + "_first"] = steps[len(steps) // 2], times[1] - times[0]
         out[name + "_pricing"], out["route"] = sum(calls) / len(calls), run.info["glmo_route"]
-    if n <= dense_max:
-        oracle = InnerOracle(lambda x, batch: logistic(x, (A, b)), n, (D,), "cpu", torch.float64)
-        out["dense"] = best(lambda: oracle(y1, None, 1), 1)
     return out
 
 
@@ -101,11 +105,12 @@ def main() -> None:
     parser.add_argument("--dense-max", type=int, default=10000, help="largest n for the dense-map Jacobian")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"{'n':>8} {'rows ms':>8} {'advance ms':>10} {'pass ms':>8} {'dense ms':>9}")
+    print(f"{'n':>8} {'rows ms':>8} {'advance ms':>10} {'polyak ms':>9} {'pass ms':>8} {'dense ms':>9}")
     for n in args.sizes:
         r = measure(n, args.repeats, args.dense_max, args.iters, args.runs_max)
         dense = f"{1e3 * r['dense']:9.1f}" if "dense" in r else f"{'-':>9}"
-        print(f"{n:>8} {1e3 * r['rows']:8.2f} {1e3 * r['advance']:10.2f} {1e3 * r['pass']:8.1f} {dense}", flush=True)
+        times = f"{1e3 * r['rows']:8.2f} {1e3 * r['advance']:10.2f} {1e3 * r['polyak']:9.2f} {1e3 * r['pass']:8.1f}"
+        print(f"{n:>8} {times} {dense}", flush=True)
         if "dense" in r:
             print(f"{'':>8} the dense map's Jacobian takes {r['dense'] / r['rows']:.0f}x the sampled rows")
         if "one_pricing" in r:
