@@ -301,3 +301,13 @@ def test_a_wrong_closed_form_jacobian_is_caught_at_construction():
     fc.CompositeProblem(
         fc.cvar(u, 0.25), fc.PerSample(logistic, (X, y), jacobian=wrong), fc.L2Ball(3, 2.0), check_gradient=False
     )
+
+
+def test_a_resumed_run_on_rows_continues_as_the_uninterrupted_one(tmp_path):
+    problem, _ = robust(n=30, batch_size=5)
+    options = {"seed": 1, "progress": False, "variant": "polyak"}
+    full = fc.hmsfw(problem, iters=6, **options)
+    fc.hmsfw(problem, iters=3, checkpoint=str(tmp_path / "run.pt"), **options)
+    resumed = fc.hmsfw(problem, iters=6, checkpoint=str(tmp_path / "run.pt"), **options)
+    assert torch.equal(torch.as_tensor(full.x), torch.as_tensor(resumed.x))
+    assert torch.equal(full.z, resumed.z) and torch.equal(full.V, resumed.V)
