@@ -200,7 +200,7 @@ def glmo_tolerance(glmo_tol: Any, max_pricing: int | None, scale: float, exact: 
 
 
 NAME = "Hybrid Momentum Stochastic Frank-Wolfe (HMSFW paper, Algorithm 1)"
-HMSFW = register(Method("hmsfw", CompositeProblem, PARAMS, setup, NAME, adjustable=("step_scale",)))
+HMSFW = register(Method("hmsfw", CompositeProblem, PARAMS, setup, NAME, adjustable=("step_scale",), per_sample=True))
 preset(HMSFW, "hmsfw-ii", "HMSFW Variant II: Taylor value tracker", variant="taylor")
 preset(HMSFW, "hmsfw-i", "HMSFW Variant I: Polyak value tracker", variant="polyak")
 preset(HMSFW, "hmsfw-exact", "the deterministic Basic method on full_batch (beta = rho = 1)", exact=True)
@@ -216,6 +216,7 @@ register(
         "Clipped SCFW: Vanilla SCFW with each sampled Jacobian rescaled to norm <= clip",
         {"schedule": "vanilla", "exact": False},
         adjustable=("step_scale",),
+        per_sample=True,
     )
 )
 

@@ -44,7 +44,9 @@ class Method:
     option's former name to its name: the former name is refused with an
     OptionError that names the new one.  ``adjustable`` names the hyperparameters a
     :class:`~fullcomp.Stepper` may change between steps (a step size, as
-    ``torch.optim``'s learning rate).
+    ``torch.optim``'s learning rate).  ``per_sample`` says whether it runs on a
+    problem declared with ``fc.PerSample`` (its batches are row indices, and a
+    batch's map gives those rows' values only).
     """
 
     name: str
@@ -55,6 +57,7 @@ class Method:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     renamed: Mapping[str, str] = field(default_factory=dict)
     adjustable: tuple[str, ...] = ()
+    per_sample: bool = False
 
     @property
     def options(self) -> tuple[Param, ...]:
@@ -144,7 +147,11 @@ def check_method_fields(method: Any) -> None:
 def preset(base: Method, name: str, summary: str, **fixed: Any) -> Method:
     """Register ``base`` with some hyperparameters pinned, under its own name."""
     pinned = {**base.fixed, **fixed}
-    return register(Method(name, base.problem, base.params, base.setup, summary, pinned, base.renamed, base.adjustable))
+    return register(
+        Method(
+            name, base.problem, base.params, base.setup, summary, pinned, base.renamed, base.adjustable, base.per_sample
+        )
+    )
 
 
 def get(name: str) -> Method:
@@ -156,10 +163,16 @@ def get(name: str) -> Method:
 
 
 def methods(problem: type | None = None) -> list[Method]:
-    """The registered methods, optionally only those accepting ``problem`` (a problem class or instance)."""
+    """The registered methods, optionally only those accepting ``problem`` (a problem class or instance; an
+    instance declared with ``fc.PerSample`` keeps the methods that run on it)."""
+    rows = getattr(problem, "per_sample", None) is not None
     if problem is not None and not isinstance(problem, type):
         problem = type(problem)
-    return [m for m in REGISTRY.values() if problem is None or issubclass(problem, m.problem)]
+    return [
+        m
+        for m in REGISTRY.values()
+        if (problem is None or issubclass(problem, m.problem)) and (m.per_sample or not rows)
+    ]
 
 
 def describe(name: str | None = None) -> str:
@@ -282,6 +295,11 @@ def validated(problem: Any, method: str, options: dict) -> tuple[Method, dict, A
             f"{spec.name} needs a fc.{spec.problem.__name__}, got {type(problem).__name__} (methods for it: {fits})"
         )
     check_method(spec.name, spec.setup.__module__, problem)  # a method that would drop the constraints
+    if getattr(problem, "per_sample", None) is not None and not spec.per_sample:
+        raise ModelError(
+            f"{spec.name} does not run on a problem declared with fc.PerSample (its batches are row indices and "
+            f"a batch gives those rows' losses only); methods for it: {', '.join(m.name for m in methods(problem))}"
+        )
     options = dict(options)
     check_renamed(spec, options)
     shared = {k: options.pop(k) for k in list(options) if k in SHARED}

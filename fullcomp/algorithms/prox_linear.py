@@ -140,6 +140,7 @@ register(
         setup,
         "prox-linear steps on the tracked model (HMSFW paper, baseline C2, after Zhang and Xiao)",
         renamed={"inner": "subproblem"},
+        per_sample=True,
     )
 )
 

@@ -72,6 +72,7 @@ PSG = register(
         setup,
         "projected subgradient steps on the tracked model (HMSFW paper, baseline C1)",
         renamed={"step": "step_size"},  # Plan.step is the method's update
+        per_sample=True,
     )
 )
 

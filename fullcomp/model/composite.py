@@ -20,6 +20,7 @@ from fullcomp.model.captured import captured, data_device, floating_dtypes
 from fullcomp.model.constraints import declared
 from fullcomp.model.params import Params
 from fullcomp.model.placeholder import is_placeholder
+from fullcomp.persample import ALL_ROWS, PerSample
 from fullcomp.sets.atoms import Atom, DenseAtom, Entries, ZeroAtom
 from fullcomp.sets.balls import NuclearBall
 from fullcomp.sets.base import Set
@@ -180,6 +181,29 @@ def as_values(inner: InnerMap) -> InnerMap:
     return inner_values
 
 
+def per_sample_parts(
+    rows: Any, n: int, sampler: Sampler | None, full_batch: Any, x0: Any, reads: Any
+) -> tuple[Any, Sampler | None, Any]:
+    """The map, sampler and full batch of a problem on ``fc.PerSample``: the losses of a batch's rows, the
+    declaration's draw of row indices unless the user gives a sampler, and every row (:data:`ALL_ROWS`).
+    Any other ``inner`` comes back with the sampler and full batch as they were."""
+    if not isinstance(rows, PerSample):
+        return rows, sampler, full_batch
+    if n != rows.n:
+        raise ModelError(
+            f"outer is written in fc.inner_value({n}) but the fc.PerSample has {rows.n} rows (one value per "
+            f"row): declare u = fc.inner_value({rows.n})"
+        )
+    if full_batch is not None:
+        raise ModelError("full_batch is every row of a fc.PerSample (fullcomp evaluates them in chunks); leave it out")
+    if reads is not None or isinstance(x0, (torch.nn.Module, Mapping)):
+        raise ModelError(
+            "fc.PerSample takes a tensor variable x (its loss receives x and the rows); reads=, touches= and a "
+            "module or dict x0 do not apply"
+        )
+    return rows.batch_values, rows.draw if sampler is None else sampler, ALL_ROWS
+
+
 class CompositeProblem:
     """min over x in ``domain`` of F(f(x), x), with f(x) = E[inner(x, batch)].
 
@@ -193,7 +217,11 @@ class CompositeProblem:
         by torch autograd.  ``x`` has the domain's shape.  With ``x0`` an
         ``nn.Module``, ``inner(net, batch)`` receives the module with the
         iterate as its parameters (call ``net(inputs)``); with ``x0`` a dict of
-        tensors, a dict of views into the iterate.
+        tensors, a dict of views into the iterate.  Or a ``fc.PerSample``
+        (one loss per row of a data set, n = its number of rows): the sampler
+        then draws row indices, a batch's map gives its rows' losses, the full
+        batch is every row, and the Jacobian's rows are per-sample gradients
+        (``problem.per_sample`` holds the declaration, None otherwise).
     domain : fullcomp set
         A compact convex set (``fc.Simplex``, ``fc.NuclearBall``, ...).
     sampler : callable, optional
@@ -263,7 +291,7 @@ class CompositeProblem:
     def __init__(
         self,
         outer: cp.Expression,
-        inner: InnerMap,
+        inner: InnerMap | PerSample,
         domain: Set,
         sampler: Sampler | None = None,
         x0: Any = None,
@@ -284,6 +312,9 @@ class CompositeProblem:
         self.domain = domain
         self.outer = Outer(outer, domain)
         self.outer.constraints = declared(constraints, self.outer.u, domain.variable)
+        #: The declaration of one loss per sample when ``inner`` is a ``fc.PerSample``, else None.
+        self.per_sample = inner if isinstance(inner, PerSample) else None
+        inner, sampler, full_batch = per_sample_parts(inner, self.outer.n, sampler, full_batch, x0, reads)
         if not callable(inner):
             raise ModelError(f"inner must be a callable inner(x, batch) -> Tensor, got {type(inner).__name__}")
         #: The variable's named tensors when x0 is a module or a dict of tensors (x is their flat vector), else None.
@@ -357,7 +388,7 @@ class CompositeProblem:
         self.device = data_device(captures)
         generator = torch.Generator(device=self.device).manual_seed(0)
         batch = None if sampler is None else call_checked(sampler, (generator,), "sampler", SAMPLER_SIGNATURE)
-        self._dtype, self._dtype_source = self._infer_dtype(dtype, given_x0, batch)
+        self._dtype, self._dtype_source = self._infer_dtype(dtype, given_x0, None if self.per_sample else batch)
         self._check_inner(batch, check_gradient)
 
     def _start_point(self, x0: Any) -> np.ndarray:
@@ -495,6 +526,7 @@ class CompositeProblem:
     def _check_inner(self, batch: Any, check_gradient: bool) -> None:
         point = self.x0 if self.reads is None else self.x0_at(self.reads)
         start = torch.as_tensor(point, dtype=self._dtype, device=self.device)
+        size = self.n if self.per_sample is None else self._probe_rows(batch)
         if self.touches is not None:
             index = call_checked(self.touches, (batch,), "touches", "touches(batch) -> positions into reads")
             try:
@@ -518,11 +550,21 @@ class CompositeProblem:
                     "module) in that dtype, or pass dtype= to match them"
                 ) from exc
         try:
-            check_inner_output(values_of(out), self.n, where="at x0 while building the problem")
+            check_inner_output(values_of(out), size, where="at x0 while building the problem")
         except OracleError as exc:  # a malformed declaration, not a failure during a run
             raise ModelError(str(exc)) from None
         if check_gradient:
             check_directional_derivative(lambda v: self.inner(v, batch), start, self._entry_scale(start))
+            if self.per_sample is not None:  # a closed-form jacobian= against the loss, on the probed rows
+                self.per_sample.check_jacobian(start, batch, self._entry_scale(start))
+
+    def _probe_rows(self, batch: Any) -> int:
+        """The number of rows of the sampler's first draw, checked to be row indices: a per-sample map is
+        probed on that batch only, so the check costs O(batch x d) whatever n."""
+        try:
+            return len(self.per_sample.index(batch, " on its first draw, while building the problem"))
+        except OracleError as exc:
+            raise ModelError(str(exc)) from None
 
     def _entry_scale(self, start: torch.Tensor) -> float:
         """A typical entry size near x0 (its rms, or the domain's when x0 is the origin) for the gradient check."""

@@ -16,6 +16,8 @@ from fullcomp.autodiff import BatchJacobian, dense
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.oracles.entries import EntryMap
 from fullcomp.oracles.jacobian import InnerOracle
+from fullcomp.oracles.rows import RowBuffers, RowsOracle
+from fullcomp.persample import ALL_ROWS
 from fullcomp.serial import encodable
 from fullcomp.trackers import Revision, hessian_contraction, hessian_corrected, polyak, segment_point, storm, taylor
 
@@ -76,6 +78,17 @@ class TrackedModel:
         The Beta law of the Hessian tracker's point on the last step.
     exact : bool
         Sample ``full_batch`` instead of drawing a batch (the deterministic method).
+
+    Notes
+    -----
+    On a problem declared with ``fc.PerSample`` (one loss per row of a data set) the model is index-based:
+    the first sample is every row at y_0 (one pass over the data, in chunks of rows), then each
+    update draws b rows and changes V and z on those rows only (:mod:`fullcomp.oracles.rows`): Polyak
+    V_i <- (1 - beta) V_i + beta grad l_i(y), STORM on the same rows, and z_i by the Polyak value tracker;
+    the Taylor value tracker moves every z_i by its row's prediction V_i (y_{k+1} - y_k) (one n x d product)
+    before blending the sampled ones.  Rows not drawn are kept as they were, not re-estimated.  The
+    Hessian tracker is refused (it needs the second derivative of the whole map).  ``sample`` holds each
+    row's loss the last time it was drawn.
     """
 
     def __init__(
@@ -108,11 +121,22 @@ class TrackedModel:
         self.tracker, self.variant, self.clip, self.exact = tracker, variant, clip, exact
         self.hessian_point = hessian_point
         self.entries = EntryMap(problem, device, layout)
-        columns = "all" if problem.reads is None else "own" if problem.sharded else "touched"
-        inner = problem.inner_declared if problem.touches is None else problem.inner_on_touched
-        self.oracle = InnerOracle(
-            inner, problem.n, self.entries.shape, device, dtype, columns=columns, touches=problem.touches
-        )
+        self.per_sample = getattr(problem, "per_sample", None)
+        self.oracle: Any
+        if self.per_sample is not None:
+            if tracker == "hessian":
+                raise OptionError(
+                    "tracker='hessian' differentiates the whole inner map twice, which a fc.PerSample problem "
+                    "never forms; use tracker='polyak' or 'storm' (both update the sampled rows only)"
+                )
+            self.oracle = RowsOracle(self.per_sample, self.entries.shape, dtype)
+            self._rows = {"V": RowBuffers(), "z": RowBuffers(), "sample": RowBuffers()}
+        else:
+            columns = "all" if problem.reads is None else "own" if problem.sharded else "touched"
+            inner = problem.inner_declared if problem.touches is None else problem.inner_on_touched
+            self.oracle = InnerOracle(
+                inner, problem.n, self.entries.shape, device, dtype, columns=columns, touches=problem.touches
+            )
         self._spare: list[torch.Tensor] = []  # V of the state before last, which no state holds now
         self._work: torch.Tensor | None = None  # y_k - y_{k-1} of the Taylor step
 
@@ -121,24 +145,40 @@ class TrackedModel:
         return self.problem.full_batch if self.exact else self.problem.sample(self.generator)
 
     def sample(self, y: torch.Tensor, k: int, batch: Any = None) -> tuple[torch.Tensor, Any]:
-        """f~(y) and its Jacobian on the entries read, on ``batch`` (default: a fresh one), clipped."""
-        value, jac = self.oracle(self.entries.read(y), self.batch() if batch is None else batch, k)
+        """f~(y) and its Jacobian on the entries read, on ``batch`` (default: a fresh one), clipped.
+
+        On a ``fc.PerSample`` problem: the values and Jacobian rows of the batch's rows (all n on the full
+        batch); :meth:`sample_rows` also says which rows."""
+        return self.sample_rows(y, k, batch)[:2]
+
+    def sample_rows(self, y: torch.Tensor, k: int, batch: Any = None) -> tuple[torch.Tensor, Any, Any]:
+        """:meth:`sample` with the rows it holds: the batch's row indices on a ``fc.PerSample`` problem
+        (None: every row, or a map that is not per-sample)."""
+        batch = self.batch() if batch is None else batch
+        index = None
+        if self.per_sample is not None:
+            value, jac, index = self.oracle(self.entries.read(y), batch, k)
+        else:
+            value, jac = self.oracle(self.entries.read(y), batch, k)
         if self.clip is not None:
             jac = jac * torch.clamp(self.clip / self.entries.norm(jac).clamp_min(1e-300), max=1.0)
-        return value, jac
+        return value, jac, index
 
     def value_at(self, y: torch.Tensor, batch: Any, where: str = "") -> torch.Tensor:
         """f~(y) on ``batch`` without a Jacobian."""
         return self.entries.call(self.entries.read(y), batch, self.dtype, where)
 
     def start(self, y: torch.Tensor) -> Tracked:
-        """The model at y_0 from its first sample: V_0 and z_0 are the sample itself."""
-        value, jac = self.sample(y, 0)
+        """The model at y_0 from its first sample: V_0 and z_0 are the sample itself (every row of a
+        ``fc.PerSample`` problem)."""
+        value, jac = self.sample(y, 0, ALL_ROWS if self.per_sample is not None else None)
         return Tracked(y, dense(jac), value, Revision(0), value)
 
     def advance(self, state: State, y_next: torch.Tensor, beta: float, rho: float, k: int, **changes: Any) -> State:
         """The model at y_next = y_k: one sample there, V by the Jacobian tracker (beta), z by the value
         tracker (rho); the state's other fields are kept, or set to ``changes``."""
+        if self.per_sample is not None:
+            return evolve(state, **self._advance_rows(state, y_next, beta, rho, k), **changes)
         value, V, revision = self._track(state, y_next, beta, k)
         if self.variant == "taylor":
             read = self.entries.read
@@ -172,6 +212,30 @@ class TrackedModel:
         step = read(y_next) - read(y)
         correction = weight * self._contraction(read(y) + alpha * step, step, k)
         return value, hessian_corrected(V, dense(jac), correction, beta), Revision(k)
+
+    def _advance_rows(self, state: Tracked, y_next: torch.Tensor, beta: float, rho: float, k: int) -> dict:
+        """The fields of the model at y_next on a ``fc.PerSample`` problem: V, z and sample changed on the
+        drawn rows only (all of them on the full batch, by the dense rules), z moved by Taylor's prediction."""
+        batch = self.batch()
+        value, jac, index = self.sample_rows(y_next, k, batch)
+        V, rows = state.V, self._rows
+        if self.tracker == "storm":  # both Jacobians on one batch: the difference sees one sample
+            before = self.sample_rows(state.y, k, batch)[1]
+            fresh = storm(V if index is None else V.index_select(0, index), jac, before, beta)
+        elif index is None:
+            fresh = polyak(V, jac, beta, out=jac)
+        else:
+            fresh = torch.lerp(V.index_select(0, index), jac, beta)
+        V = fresh if index is None else rows["V"].next(V, index).index_copy_(0, index, fresh)
+        z = state.z
+        if self.variant == "taylor":  # every row's prediction V_i (y_{k+1} - y_k); the drawn ones then blend
+            z = z + V @ (self.entries.read(y_next) - self.entries.read(state.y))
+        if index is None:
+            return {"y": y_next, "V": V, "z": torch.lerp(z, value, rho), "revision": Revision(k), "sample": value}
+        blended = torch.lerp(z.index_select(0, index), value, rho)
+        z = (z if self.variant == "taylor" else rows["z"].next(z, index)).index_copy_(0, index, blended)
+        sample = rows["sample"].next(state.sample, index).index_copy_(0, index, value)
+        return {"y": y_next, "V": V, "z": z, "revision": Revision(k), "sample": sample}
 
     def _contraction(self, w: torch.Tensor, d: torch.Tensor, k: int) -> torch.Tensor:
         """H~(w; xi')[d] on a fresh batch xi', the Jacobian taken in the entries the map reads."""
