@@ -27,6 +27,7 @@ from fullcomp.estimators import risks
 from fullcomp.model.calculus import risk_weights
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.model.placeholder import inner_value
+from fullcomp.persample import PerSample
 from fullcomp.run import Checkpoint
 from fullcomp.sets import Box, L1Ball, L2Ball, Product
 
@@ -235,7 +236,8 @@ def _fitted(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.
 def _problem(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.ndarray, groups: Any) -> tuple:
     """(problem, per-sample losses at a numpy x, the group-mean matrix or None, radius, intercept bound).
 
-    The one place the estimators declare their problem.  Its inner map is dense: all n losses at once.
+    The one place the estimators declare their problem: one loss per row (``fc.PerSample``), or the group
+    means of the losses for ``risk="group"``.
     """
     n, d = X.shape
     loss = est._loss_name
@@ -254,11 +256,14 @@ def _problem(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np
     def per_sample(x: torch.Tensor) -> torch.Tensor:
         return score_of(Xt @ x[:d] + (x[d] if est.fit_intercept else 0.0), tt)
 
-    def inner(x: torch.Tensor, batch: Any) -> torch.Tensor:
-        return per_sample(x) if G is None else G @ per_sample(x)
+    def group_means(x: torch.Tensor, batch: Any) -> torch.Tensor:
+        return G @ per_sample(x)
 
-    # Once CompositeProblem takes fc.PerSample (no n x n identity in its Jacobian), the non-group map becomes
-    # inner = PerSample(lambda x, rows: score_of(rows[0] @ x[:d] + x[d], rows[1]), (Xt, tt)).
+    def losses(x: torch.Tensor, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return score_of(rows[0] @ x[:d] + (x[d] if est.fit_intercept else 0.0), rows[1])
+
+    # One loss per row: its Jacobian's rows come from per-sample gradients, never an n x n identity.
+    inner = group_means if G is not None else PerSample(losses, (Xt, tt))
     u = inner_value(n if G is None else G.shape[0])
     if est.risk == "group":
         outer = risks.group_outer(u, sizes, est.alpha)
