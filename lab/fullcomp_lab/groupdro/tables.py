@@ -26,6 +26,7 @@ COLUMNS = (
     ("val_worst_acc", "val worst-group acc", True, 3),
     ("epoch", "selected epoch", None, 1),
     ("seconds_per_epoch", "s / epoch", None, 2),
+    ("ms_per_update", "ms / update", None, 1),
 )
 #: Where the tuned settings and the run's provenance are written (read back into the tables).
 CONFIG_NAME = "group-dro-config.json"
@@ -36,7 +37,7 @@ class GroupRun(harness.RunFolder):
     """A run folder of ``fullcomp-lab bench group-dro``; ``metric(key)`` is its value of a table column."""
 
     def metric(self, key: str) -> float:
-        if key == "seconds_per_epoch":
+        if key in ("seconds_per_epoch", "ms_per_update"):
             return self.number(key)
         block, name = ("last_epoch", key[5:]) if key.startswith("last_") else ("selected", key)
         value = self.summary.get(block, {}).get(name, math.nan)
@@ -83,7 +84,8 @@ ABOUT = (
     "Mean ± sample SD over seeds. Test metrics at the epoch of highest validation worst-group accuracy "
     "(selected epoch), then at the last epoch. Worst-group accuracy: the lowest of the four groups' "
     "accuracies; average accuracy: over all test rows; worst-group loss: the highest group mean logistic "
-    "loss. s / epoch: optimizer seconds per epoch, evaluation excluded. Bold: best mean per column "
+    "loss. s / epoch: optimizer seconds per epoch, evaluation excluded; ms / update: optimizer milliseconds "
+    "per update (one batch drawn and one step taken). Bold: best mean per column "
     "(no significance claim)."
 )
 
