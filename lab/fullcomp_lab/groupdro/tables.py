@@ -187,7 +187,8 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
     fig.suptitle("worst-group test accuracy after every epoch (mean ± SD over seeds)")
     saved.append(harness.save_figure(fig, Path(out_dir) / "worst_group_vs_time.png", dpi=110))
 
-    adversaries = [m for m in ("hmsfw-max", "hmsfw-cvar", "group-dro") if any(mm == m for _, mm, _ in grouped)]
+    shown = ("hmsfw-max", "hmsfw-cvar", "group-dro-ref", "group-dro")
+    adversaries = [m for m in shown if any(mm == m for _, mm, _ in grouped)]
     if adversaries:
         fig = Figure(figsize=(4.6 * len(adversaries), 3.4 * len(datasets)), layout="constrained")
         axes = np.array(fig.subplots(len(datasets), len(adversaries), squeeze=False))
