@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+import fullcomp as fc
 from fullcomp_lab import groupdro
 from fullcomp_lab.cli import main
 from fullcomp_lab.groupdro.data import LABEL_NOISE, find_mnist5k
@@ -186,6 +187,16 @@ def test_committed_settings_cover_every_method_and_data_set():
             assert set(settings) == set(groupdro.METHODS[method].keys)
             assert all(settings[k] in groupdro.DEFAULT_GRIDS[method][k] for k in settings)
         assert groupdro.config.configured_workload(config, dataset) == groupdro.DEFAULT_WORKLOADS[dataset]
+
+
+def test_late_columns_read_the_last_epochs_of_the_history():
+    accs = [0.1, 0.5, 0.6, 0.4, 0.55, 0.45, 0.5, 0.6]  # epochs 0..7; the last 5: 0.4 ... 0.6
+    rows = [{"k": 10 * e, "epoch": e, "test_worst_acc": a} for e, a in enumerate(accs)]
+    rows.insert(3, {"k": 25, "q[0]": 0.5})  # a weights-only row between epochs
+    run = groupdro.GroupRun(Path("."), {"ms_per_update": 2.5}, fc.History(rows))
+    assert run.metric("late_test_worst_acc") == pytest.approx(np.mean(accs[-5:]), rel=1e-12)
+    assert run.metric("late_sd_test_worst_acc") == pytest.approx(np.std(accs[-5:], ddof=1), rel=1e-12)
+    assert run.metric("ms_per_update") == 2.5
 
 
 @needs_mnist
