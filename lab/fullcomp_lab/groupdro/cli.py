@@ -118,7 +118,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if frozen is None and not args.no_tune:
         cfg.save(out / CONFIG_NAME)
         log(f"wrote {out / CONFIG_NAME}")
-    command = "fullcomp " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] else ""
+    command = "fullcomp-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] else ""
     write_provenance(
         out,
         {
