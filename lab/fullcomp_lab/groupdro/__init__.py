@@ -13,15 +13,21 @@ group-balanced batches (the same number of rows from each group):
 
 * ``erm``: Adam on the mean loss of plain (uniform) batches; ``erm-balanced``: the same on balanced
   batches, the control that separates the sampling from the objective.
-* ``group-dro``: Sagawa et al. 2020's online Group DRO (kohpangwei/group_DRO): q <- q exp(eta_q l_g),
-  normalized, then Adam on sum_g q_g l_g (:func:`~.problem.group_dro_update`).
-* ``hmsfw-max``, ``hmsfw-cvar``: ``fc.solve(problem, "hmsfw")`` with F = max and F = CVaR 0.5 of the
-  four group losses, the network the variable (``x0=net``) on per-layer l2 balls of radius factor x the
-  layer's expected initial norm (``fc.layer_domains``); ``scfw-max`` and ``psg-max`` on the same problem.
+* ``group-dro-ref``: Sagawa et al. 2020's online Group DRO as kohpangwei/group_DRO runs it
+  (:class:`~.problem.ReferenceGroupDRO`): uniform batches of a shuffled epoch, q <- q exp(eta_q l_g),
+  normalized, then SGD with momentum 0.9 and weight decay on sum_g q_g l_g; ``group-dro-ref-rw`` the same
+  on balanced batches (its ``--reweight_groups``); ``group-dro`` the same q step with Adam on balanced
+  batches (:func:`~.problem.group_dro_update`).
+* ``hmsfw-max``, ``hmsfw-cvar``: ``fc.optim.HMSFW`` in the protocol's own loop with F = max and F = CVaR
+  0.5 of the four group losses, a param group per parameter tensor, each with its l2 ball of radius
+  factor x the layer's expected initial norm (``fc.layer_domains``), and a closure returning
+  ``fc.Grouped`` of the four groups' sub-batches; ``scfw-max`` and ``psg-max`` (``fc.optim.SCFW``,
+  ``fc.optim.PSG``) the same way.
 
 :func:`~.runs.tune` chooses each method's settings on the validation split (small grids,
 :data:`DEFAULT_GRIDS`; score: the best validation worst-group accuracy over the epochs, mean over the
-tuning seeds); :func:`~.runs.bench_group_dro` runs the reported seeds and saves
+tuning seeds; the bench reads the settings committed in ``configs/group-dro.json`` unless told to
+``--retune``); :func:`~.runs.bench_group_dro` runs the reported seeds and saves
 ``out/<dataset>/<method>/seed<k>/``; :func:`~.tables.tables` and :func:`~.tables.plots` report the test
 worst-group and average accuracy and worst-group loss at the epoch of best validation worst-group
 accuracy and at the last epoch, the optimizer seconds per epoch, worst-group accuracy against time and
@@ -50,8 +56,10 @@ from fullcomp_lab.groupdro.data import (
     subsample,
 )
 from fullcomp_lab.groupdro.problem import (
+    ReferenceGroupDRO,
     adult_mlp,
     balanced_sampler,
+    batch_group_losses,
     cmnist_cnn,
     group_adjustments,
     group_dro_update,
@@ -59,6 +67,7 @@ from fullcomp_lab.groupdro.problem import (
     group_metrics,
     make_network,
     outer_function,
+    shuffled_sampler,
     uniform_sampler,
 )
 from fullcomp_lab.groupdro.runs import bench_group_dro, run_method, select_epoch, tune
@@ -74,12 +83,14 @@ __all__ = [
     "GroupSplit",
     "METHODS",
     "PROTOCOL",
+    "ReferenceGroupDRO",
     "SCHEMA",
     "Workload",
     "add_arguments",
     "adult_groups",
     "adult_mlp",
     "balanced_sampler",
+    "batch_group_losses",
     "bench_group_dro",
     "cmnist_cnn",
     "colored_mnist",
@@ -97,6 +108,7 @@ __all__ = [
     "run_from_args",
     "run_method",
     "select_epoch",
+    "shuffled_sampler",
     "subsample",
     "summarize",
     "tables",

@@ -15,6 +15,7 @@ from fullcomp.errors import OptionError
 from fullcomp_lab import harness
 from fullcomp_lab.groupdro.config import (
     DATASETS,
+    DEFAULT_CONFIG,
     FINAL_SEEDS,
     METHODS,
     SCHEMA,
@@ -43,7 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_positive(parser, "--epochs", int, None, "epochs per run (default: cmnist 25, adult 10)")
     harness.add_positive(parser, "--subset", int, None, "at most this many rows per split (smoke tests)")
     tuning = parser.add_mutually_exclusive_group()
-    tuning.add_argument("--config", help="frozen settings JSON (skips the tuning), e.g. a previous OUT/" + CONFIG_NAME)
+    tuning.add_argument(
+        "--config",
+        help=f"frozen settings JSON (default: the committed {DEFAULT_CONFIG.name}, when present), e.g. a previous "
+        f"OUT/{CONFIG_NAME}",
+    )
+    tuning.add_argument(
+        "--retune",
+        action="store_true",
+        help=f"tune on validation first (writes OUT/{CONFIG_NAME}) instead of reading the committed settings",
+    )
     tuning.add_argument(
         "--no-tune", action="store_true", help="skip the tuning and run every grid's middle point (smoke tests)"
     )
@@ -54,16 +64,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_no_progress(parser)
 
 
+def frozen_path(args: argparse.Namespace) -> str | Path | None:
+    """The settings the seeds run with: ``--config``, else the committed :data:`DEFAULT_CONFIG` when it exists
+    (None with ``--retune`` or ``--no-tune``, or without a committed file: then the bench tunes first)."""
+    if args.config:
+        return args.config
+    if args.retune or args.no_tune or not DEFAULT_CONFIG.is_file():
+        return None
+    return DEFAULT_CONFIG
+
+
 def run_from_args(args: argparse.Namespace) -> int:
-    """Tune on validation (unless --config or --no-tune), run the seeds, then write the tables and figures
-    of ``--out``; prints one line per run and the wall time of every phase."""
+    """Tune on validation (with --retune, or without committed settings), run the seeds, then write the tables
+    and figures of ``--out``; prints one line per run and the wall time of every phase."""
     log = lambda line: print(line, flush=True)  # noqa: E731
     torch.set_num_threads(args.threads)
     if args.adjustment < 0:
         raise OptionError(f"--adjustment must be >= 0, got {args.adjustment}")
     started = time.perf_counter()
     out = Path(args.out)
-    frozen = load_config(args.config) if args.config else None
+    frozen = load_config(frozen_path(args)) if frozen_path(args) else None
     cfg = frozen if frozen is not None else SCHEMA.empty()
     phases = []
     groups = {}
@@ -91,7 +111,6 @@ def run_from_args(args: argparse.Namespace) -> int:
             config=None if args.no_tune else cfg,
             workload=workload,
             adjustment=args.adjustment,
-            progress=not args.no_progress,
             log=log,
         )
         phases.append({"name": f"{name} seeds", "seconds": time.perf_counter() - phase})
@@ -99,7 +118,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if frozen is None and not args.no_tune:
         cfg.save(out / CONFIG_NAME)
         log(f"wrote {out / CONFIG_NAME}")
-    command = "fullcomp " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] else ""
+    command = "fullcomp-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] else ""
     write_provenance(
         out,
         {
@@ -109,6 +128,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             "threads": args.threads,
             "seeds": args.seeds,
             "tuning_seeds": None if frozen is not None or args.no_tune else args.tuning_seeds,
+            "config": None if frozen is None else str(frozen_path(args)),
             "groups": groups,
             "phases": phases,
             "total_seconds": time.perf_counter() - started,

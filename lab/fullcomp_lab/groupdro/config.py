@@ -28,10 +28,13 @@ CVAR_ALPHA = 0.5
 class GroupMethod:
     """One compared method: its name, label, how it trains and the settings keys it reads.
 
-    ``kind`` is ``"torch"`` (a torch.optim loop: ERM, or Group DRO when ``"eta_q"`` is a key) or
-    ``"fullcomp"`` (``fc.solve(problem, solver, ...)`` on per-layer l2 balls, ``outer`` the risk F of
-    the four group losses).  ``sampling`` is ``"plain"`` (uniform rows) or ``"balanced"`` (the same
-    number of rows from every group).  ``fixed`` are solver options the protocol fixes.
+    ``kind`` is ``"torch"`` (a torch.optim loop: ERM, or Group DRO when ``"eta_q"`` is a key, with
+    ``optimizer`` ``"adam"`` or ``"sgd"``: SGD with momentum 0.9 and the ``weight_decay`` setting, as
+    kohpangwei/group_DRO's ``train.py`` builds it) or ``"fullcomp"`` (``fc.optim.HMSFW``, ``SCFW`` or ``PSG``
+    in the protocol's own loop, one l2 ball per parameter tensor, ``outer`` the risk F of the four group
+    losses).  ``sampling`` is ``"plain"`` (uniform rows, with replacement), ``"shuffled"`` (uniform batches
+    of a reshuffled epoch, as a ``DataLoader(shuffle=True)``) or ``"balanced"`` (the same number of rows
+    from every group).  ``fixed`` are solver options the protocol fixes.
     """
 
     name: str
@@ -42,6 +45,7 @@ class GroupMethod:
     solver: str | None = None
     outer: str | None = None
     fixed: dict[str, Any] = field(default_factory=dict)
+    optimizer: str = "adam"
 
     def run_fields(self, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
         """The fields every run summary starts with, which the tables select runs by."""
@@ -55,17 +59,39 @@ class GroupMethod:
         }
 
 
+#: The Frank-Wolfe methods' first step gamma_0 in ``fc.optim``: from the network's initialization, not the
+#: paper's gamma_0 = 1 (which replaces the initial weights by a vertex of the balls).  1/8 is what
+#: ``fc.solve``'s warm-start line search picks from ``x0=net`` on both data sets at factor 3; the later steps
+#: follow 2/(k + 2 + s) with gamma(s) = 1/8.
+FIRST = {"first_step": 0.125}
 #: The compared methods in table order.  Every method trains the same network on the same data with the
-#: same batch size (4 x per_group rows); all but plain ERM draw group-balanced batches.
+#: same batch size (4 x per_group rows); all but plain ERM and the reference Group DRO draw group-balanced
+#: batches.
 METHODS: dict[str, GroupMethod] = {
     m.name: m
     for m in (
         GroupMethod("erm", "ERM", "torch", "plain", ("lr",)),
         GroupMethod("erm-balanced", "ERM, balanced batches", "torch", "balanced", ("lr",)),
-        GroupMethod("group-dro", "Group DRO (Sagawa et al.)", "torch", "balanced", ("lr", "eta_q")),
-        GroupMethod("hmsfw-max", "HMSFW, F = max", "fullcomp", "balanced", ("factor",), "hmsfw", "max"),
-        GroupMethod("hmsfw-cvar", "HMSFW, F = CVaR 0.5", "fullcomp", "balanced", ("factor",), "hmsfw", "cvar"),
-        GroupMethod("scfw-max", "SCFW, F = max", "fullcomp", "balanced", ("factor",), "scfw", "max"),
+        GroupMethod(
+            "group-dro-ref",
+            "Group DRO (reference: SGD+momentum, uniform batches)",
+            "torch",
+            "shuffled",
+            ("lr", "weight_decay", "eta_q"),
+            optimizer="sgd",
+        ),
+        GroupMethod(
+            "group-dro-ref-rw",
+            "Group DRO (reference with --reweight_groups: SGD+momentum, balanced batches)",
+            "torch",
+            "balanced",
+            ("lr", "weight_decay", "eta_q"),
+            optimizer="sgd",
+        ),
+        GroupMethod("group-dro", "Group DRO, balanced batches (Adam)", "torch", "balanced", ("lr", "eta_q")),
+        GroupMethod("hmsfw-max", "HMSFW, F = max", "fullcomp", "balanced", ("factor",), "hmsfw", "max", FIRST),
+        GroupMethod("hmsfw-cvar", "HMSFW, F = CVaR 0.5", "fullcomp", "balanced", ("factor",), "hmsfw", "cvar", FIRST),
+        GroupMethod("scfw-max", "SCFW, F = max", "fullcomp", "balanced", ("factor",), "scfw", "max", FIRST),
         GroupMethod(
             "psg-max",
             "PSG, F = max",
@@ -79,12 +105,15 @@ METHODS: dict[str, GroupMethod] = {
     )
 }
 
-#: Validation grids (the same on both data sets).  The torch baselines use Adam; Group DRO's step on q is
-#: Sagawa et al.'s eta_q.  The Frank-Wolfe methods' only knob is the radius factor of the per-layer l2 balls
-#: (radius = factor x the layer's expected initial norm, ``fc.layer_domains``); PSG also needs its step.
+#: Validation grids (the same on both data sets).  The torch baselines use Adam, except the reference Group
+#: DRO: SGD with momentum 0.9 on a grid of lr and weight decay; Group DRO's step on q is Sagawa et al.'s eta_q.
+#: The Frank-Wolfe methods' only knob is the radius factor of the per-layer l2 balls (radius = factor x the
+#: layer's expected initial norm, ``fc.layer_domains``); PSG also needs its step.
 DEFAULT_GRIDS: dict[str, dict[str, list]] = {
     "erm": {"lr": [0.001, 0.003, 0.01]},
     "erm-balanced": {"lr": [0.001, 0.003, 0.01]},
+    "group-dro-ref": {"lr": [0.01, 0.03, 0.1], "weight_decay": [0.0001, 0.01], "eta_q": [0.01, 0.1, 1.0]},
+    "group-dro-ref-rw": {"lr": [0.01, 0.03, 0.1], "weight_decay": [0.0001, 0.01], "eta_q": [0.01, 0.1, 1.0]},
     "group-dro": {"lr": [0.001, 0.003, 0.01], "eta_q": [0.01, 0.1, 1.0]},
     "hmsfw-max": {"factor": [1.0, 3.0, 10.0]},
     "hmsfw-cvar": {"factor": [1.0, 3.0, 10.0]},

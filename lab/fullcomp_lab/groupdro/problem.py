@@ -85,6 +85,31 @@ def uniform_sampler(split: GroupSplit, batch: int) -> Callable[[torch.Generator]
     return sampler
 
 
+def shuffled_sampler(split: GroupSplit, batch: int) -> Callable[[torch.Generator], tuple]:
+    """``sampler(generator) -> (X, y, g)``: consecutive batches of a permutation of the rows, redrawn when it
+    runs out, as ``DataLoader(shuffle=True)`` serves kohpangwei/group_DRO (an epoch of ceil(n / batch)
+    batches sees every row once; its last batch holds the remainder)."""
+    X, y, g = split.X, split.y.to(torch.float32), split.g
+    state = {"order": torch.empty(0, dtype=torch.int64), "at": 0}
+
+    def sampler(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if state["at"] >= state["order"].numel():
+            state["order"], state["at"] = torch.randperm(len(y), generator=generator), 0
+        pick = state["order"][state["at"] : state["at"] + batch]
+        state["at"] += batch
+        return X[pick], y[pick], g[pick]
+
+    return sampler
+
+
+def batch_group_losses(losses: torch.Tensor, g: torch.Tensor, n_groups: int = 4) -> torch.Tensor:
+    """The mean of ``losses`` over each group's rows of a batch, 0 for a group without rows (the reference's
+    ``LossComputer.compute_group_avg``: its weight q then stays where it is, exp(eta_q * 0) = 1)."""
+    member = (g == torch.arange(n_groups).unsqueeze(1)).to(losses.dtype)
+    count = member.sum(dim=1)
+    return member @ losses / (count + (count == 0).to(losses.dtype))
+
+
 def group_losses_map(n_groups: int = 4) -> Callable[[Any, tuple], torch.Tensor]:
     """``inner(net, batch) -> (n_groups,)``: the mean logistic loss of each group of a balanced batch."""
 
@@ -154,3 +179,44 @@ def group_metrics(net: Callable, split: GroupSplit, prefix: str, n_groups: int =
     out[f"{prefix}_worst_loss"] = float(losses[present].max())
     out[f"{prefix}_avg_loss"] = float(loss.mean())
     return out  # an empty group's accuracy and loss are NaN
+
+
+class ReferenceGroupDRO:
+    """Online Group DRO as kohpangwei/group_DRO trains it (``train.py``, ``loss.py``): per batch, the group
+    means of the per-row losses (:func:`batch_group_losses`), the exponentiated step on q
+    (:func:`group_dro_update`), then ``torch.optim.SGD(momentum=0.9, weight_decay=...)`` on sum_g q_g l_g.
+
+    Parameters
+    ----------
+    net : torch.nn.Module
+        The network, trained in place; it returns one logit per row (logistic loss).
+    lr, weight_decay, eta_q : float
+        SGD's step and L2 coefficient, and the step on q (``--robust_step_size``).
+    n_groups : int
+        The number of groups; q starts uniform.
+    adjustment : torch.Tensor, optional
+        C / sqrt(n_g) (:func:`group_adjustments`), added to the group losses; None: C = 0, the default.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        lr: float,
+        weight_decay: float,
+        eta_q: float,
+        n_groups: int = 4,
+        adjustment: torch.Tensor | None = None,
+    ):
+        self.net, self.eta_q, self.n_groups, self.adjustment = net, eta_q, n_groups, adjustment
+        self.optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
+        self.q = torch.full((n_groups,), 1.0 / n_groups, dtype=torch.float64)
+
+    def step(self, X: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """One update on the batch ``(X, y, g)``; returns the robust loss sum_g q_g l_g (q after its step)."""
+        losses = nn.functional.binary_cross_entropy_with_logits(self.net(X).reshape(-1), y, reduction="none")
+        group_losses = batch_group_losses(losses, g, self.n_groups)
+        loss, self.q = group_dro_update(self.q, group_losses, self.eta_q, self.adjustment)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()

@@ -37,6 +37,7 @@ from fullcomp_lab.groupdro.config import (
 )
 from fullcomp_lab.groupdro.data import GroupData
 from fullcomp_lab.groupdro.problem import (
+    ReferenceGroupDRO,
     balanced_sampler,
     group_adjustments,
     group_dro_update,
@@ -45,6 +46,7 @@ from fullcomp_lab.groupdro.problem import (
     make_network,
     n_weights,
     outer_function,
+    shuffled_sampler,
     uniform_sampler,
 )
 from fullcomp_lab.harness import ProtocolConfig, check_seeds, emit, grid_edges, search_points
@@ -113,87 +115,103 @@ class _Training:
     ipe: int
 
 
-def _train_torch(run: _Training, adjustment: float) -> tuple[torch.Tensor, list[dict], dict]:
-    """ERM or Group DRO with Adam; one history row per epoch (and the start)."""
-    data, settings, net, evaluate, ipe = run.data, run.settings, run.net, run.evaluate, run.ipe
+#: An update: ``update(generator) -> loss estimate`` on a batch it draws, and ``weights() -> q or None``.
+_Update = tuple[Callable[[torch.Generator], float], Callable[[], Any]]
+
+
+def _torch_update(run: _Training, adjustment: float) -> _Update:
+    """ERM (Adam, plain or balanced batches), Group DRO with Adam on balanced batches, or the reference Group
+    DRO (:class:`ReferenceGroupDRO`: SGD with momentum and weight decay on shuffled uniform batches, or on
+    balanced ones as its ``--reweight_groups`` draws them in expectation)."""
+    data, settings, net, spec = run.data, run.settings, run.net, run.spec
     G, per_group = data.n_groups, run.workload.per_group
-    plain = run.spec.sampling == "plain"
+    adjust = group_adjustments(data.train.counts(G), adjustment) if "eta_q" in settings and adjustment > 0 else None
+    if spec.optimizer == "sgd":
+        reference = ReferenceGroupDRO(net, settings["lr"], settings["weight_decay"], settings["eta_q"], G, adjust)
+        if spec.sampling == "balanced":  # --reweight_groups: the same expected number of rows of every group
+            draw, rows_g = balanced_sampler(data.train, per_group, G), torch.arange(G).repeat_interleave(per_group)
+            sampler = lambda generator: (*draw(generator), rows_g)  # noqa: E731
+        else:
+            sampler = shuffled_sampler(data.train, G * per_group)
+        return (lambda generator: float(reference.step(*sampler(generator)))), (lambda: reference.q.numpy().copy())
+    plain = spec.sampling == "plain"
     sampler = uniform_sampler(data.train, G * per_group) if plain else balanced_sampler(data.train, per_group, G)
-    inner = group_losses_map(G)
-    dro = "eta_q" in settings
-    adjust = group_adjustments(data.train.counts(G), adjustment) if dro and adjustment > 0 else None
-    q = torch.full((G,), 1.0 / G, dtype=torch.float64)
+    inner, optimizer = group_losses_map(G), torch.optim.Adam(net.parameters(), lr=settings["lr"])
+    state = {"q": torch.full((G,), 1.0 / G, dtype=torch.float64) if "eta_q" in settings else None}
+
+    def update(generator: torch.Generator) -> float:
+        X, y = sampler(generator)
+        if plain:
+            loss = nn.functional.binary_cross_entropy_with_logits(net(X).reshape(-1), y)
+        elif state["q"] is not None:
+            loss, state["q"] = group_dro_update(state["q"], inner(net, (X, y)), settings["eta_q"], adjust)
+        else:
+            loss = inner(net, (X, y)).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    return update, lambda: None if state["q"] is None else state["q"].numpy().copy()
+
+
+def _fullcomp_update(run: _Training) -> _Update:
+    """HMSFW, SCFW or PSG through ``fc.optim`` with one l2 ball per parameter tensor (a param group each);
+    the closure returns ``fc.Grouped`` of the four groups' sub-batches of a balanced batch (one forward and
+    backward pass per group, not four over the whole batch)."""
+    spec, net, per_group, G = run.spec, run.net, run.workload.per_group, run.data.n_groups
+    domain = fc.layer_domains(net, "l2", factor=run.settings["factor"])
+    fc.make_feasible(net, domain)
+    groups = [{"params": [p], "domain": block} for p, block in zip(net.parameters(), domain.blocks)]
+    options = {**spec.fixed, **{k: run.settings[k] for k in spec.keys if k != "factor"}}
+    optimizer = getattr(fc.optim, spec.solver.upper())(groups, outer_function(spec.outer, G), seed=run.seed, **options)
+    sampler = balanced_sampler(run.data.train, per_group, G)
+
+    def closure(X: torch.Tensor, y: torch.Tensor) -> fc.Grouped:
+        parts = [slice(k * per_group, (k + 1) * per_group) for k in range(G)]
+        bce = nn.functional.binary_cross_entropy_with_logits
+        return fc.Grouped([bce(net(X[s]).reshape(-1), y[s], reduction="none") for s in parts])
+
+    def update(generator: torch.Generator) -> float:
+        X, y = sampler(generator)
+        return float(optimizer.step(lambda: closure(X, y))["objective_estimate"])
+
+    return update, lambda: optimizer.weights
+
+
+def _q_columns(q: Any) -> dict[str, float]:
+    return {} if q is None else {f"q[{i}]": float(v) for i, v in enumerate(np.asarray(q).reshape(-1))}
+
+
+def _train(run: _Training, update: Callable[[torch.Generator], float], weights: Callable[[], Any]) -> tuple:
+    """The protocol's loop around one method's update: batches from a generator seeded by the run's seed,
+    optimizer time (batch draws included, evaluation excluded), a row per epoch with the metrics and the
+    adversary's weights, and a weights-only row every :func:`weights_every` iterations in between."""
+    ipe, every = run.ipe, weights_every(run.ipe)
     generator = torch.Generator().manual_seed(run.seed)
-    optimizer = torch.optim.Adam(net.parameters(), lr=settings["lr"])
-    rows = [{"k": 0, "time": 0.0, "epoch": 0, **evaluate(net)}]
-    if dro:
-        rows[0].update({f"q[{i}]": float(v) for i, v in enumerate(q)})
+    rows = [{"k": 0, "time": 0.0, "epoch": 0, **run.evaluate(run.net), **_q_columns(weights())}]
     seconds, stopped = 0.0, "iterations"
     for epoch in range(1, run.workload.epochs + 1):
-        total = torch.zeros((), dtype=torch.float64)
-        start = time.perf_counter()
-        for _ in range(ipe):
-            X, y = sampler(generator)
-            if plain:
-                loss = nn.functional.binary_cross_entropy_with_logits(net(X).reshape(-1), y)
-            elif dro:
-                loss, q = group_dro_update(q, inner(net, (X, y)), settings["eta_q"], adjust)
-            else:
-                loss = inner(net, (X, y)).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.detach()
-        seconds += time.perf_counter() - start
-        estimate = float(total) / ipe
+        total = 0.0
+        for i in range(1, ipe + 1):
+            start = time.perf_counter()
+            total += update(generator)
+            seconds += time.perf_counter() - start
+            q = weights() if i % every == 0 and i < ipe else None
+            if q is not None:
+                rows.append({"k": (epoch - 1) * ipe + i, "time": seconds, **_q_columns(q)})
+        estimate = total / ipe
         row = {"k": epoch * ipe, "time": seconds, "objective_estimate": estimate, "epoch": epoch}
-        if dro:
-            row.update({f"q[{i}]": float(v) for i, v in enumerate(q)})
-        row.update(evaluate(net))
-        rows.append(row)
+        rows.append({**row, **_q_columns(weights()), **run.evaluate(run.net)})
         if not math.isfinite(estimate):
             stopped = "error"
             break
-    rows[0]["objective_estimate"] = rows[1]["objective_estimate"] if len(rows) > 1 else math.nan
-    flat = nn.utils.parameters_to_vector(net.parameters()).detach().clone()
-    info = {"iterations": rows[-1]["k"], "optimizer_seconds": seconds, "stopped": stopped}
-    if dro:
-        info["weights"] = q.tolist()
-    return flat, rows, info
-
-
-def _train_fullcomp(run: _Training, progress: bool) -> fc.Result:
-    """HMSFW, SCFW or PSG through ``fc.solve`` on per-layer l2 balls, with the network as the variable."""
-    spec, net, ipe = run.spec, run.net, run.ipe
-    G = run.data.n_groups
-    domain = fc.layer_domains(net, "l2", factor=run.settings["factor"])
-    fc.make_feasible(net, domain)
-    problem = fc.CompositeProblem(
-        outer_function(spec.outer, G),
-        group_losses_map(G),
-        domain,
-        sampler=balanced_sampler(run.data.train, run.workload.per_group, G),
-        x0=net,
-    )
-    probe = copy.deepcopy(net)
-
-    def callback(iterate: Any) -> dict | None:
-        if iterate.k % ipe:
-            return None  # a row of the adversary's weights only
-        problem.load_into(probe, iterate.x)
-        return {"epoch": iterate.k // ipe, **run.evaluate(probe)}
-
-    options = {**spec.fixed, **{k: run.settings[k] for k in spec.keys if k != "factor"}}
-    return fc.solve(
-        problem,
-        spec.solver,
-        iters=run.workload.epochs * ipe,
-        seed=run.seed,
-        eval_every=weights_every(ipe),
-        callback=callback,
-        progress=progress,
-        **options,
-    )
+    rows[0]["objective_estimate"] = next((r["objective_estimate"] for r in rows if "objective_estimate" in r), math.nan)
+    flat = nn.utils.parameters_to_vector(run.net.parameters()).detach().clone()
+    iterations = rows[-1]["k"]
+    info = {"iterations": iterations, "optimizer_seconds": seconds, "stopped": stopped}
+    info["ms_per_update"] = 1000.0 * seconds / max(iterations, 1)
+    return flat, rows, info, weights()
 
 
 def run_method(
@@ -205,7 +223,6 @@ def run_method(
     *,
     splits: Sequence[str] = ("val", "test"),
     adjustment: float = 0.0,
-    progress: bool = False,
 ) -> fc.Result:
     """One protocol run of ``method`` on ``data`` with network weights and batches drawn under ``seed``.
 
@@ -214,7 +231,8 @@ def run_method(
     are recorded at the start and after every epoch, outside the optimizer time.  ``adjustment`` is
     Group DRO's C of C / sqrt(n_g) (0: none).  ``result.info`` gains the protocol fields the tables read:
     ``selected`` (the epoch of best validation worst-group accuracy) and ``last_epoch``, each with its
-    metrics, and ``seconds_per_epoch`` (optimizer seconds per epoch, evaluation excluded).
+    metrics, ``seconds_per_epoch`` (optimizer seconds per epoch, evaluation excluded) and
+    ``ms_per_update`` (optimizer milliseconds per update, the batch's draw included).
     """
     spec = METHODS[method]
     settings = check_settings(method, settings)
@@ -225,15 +243,12 @@ def run_method(
     ipe = iters_per_epoch(len(data.train), batch)
     training = _Training(spec, data, settings, net, seed, workload, evaluate, ipe)
     wall = time.perf_counter()
-    if spec.kind == "torch":
-        x, rows, info = _train_torch(training, adjustment)
-        q = info.pop("weights", None)
-        info.update(method=method, metrics=[k for k in rows[-1] if k.startswith(("val_", "test_"))])
-        result = fc.Result(x, fc.History(rows), info)
-        if q is not None:
-            result.weights = np.asarray(q)
-    else:
-        result = _train_fullcomp(training, progress)
+    update = _torch_update(training, adjustment) if spec.kind == "torch" else _fullcomp_update(training)
+    x, rows, info, q = _train(training, *update)
+    info.update(method=method, metrics=[k for k in rows[-1] if k.startswith(("val_", "test_"))])
+    result = fc.Result(x, fc.History(rows), info)
+    if q is not None:
+        result.weights = np.asarray(q)
     wall = time.perf_counter() - wall
     selected, last = select_epoch(result.history.rows)
     epochs = last["epoch"]
@@ -267,7 +282,6 @@ def tune(
     seeds: Iterable[int] | str = TUNING_SEEDS,
     workload: Workload | None = None,
     config: ProtocolConfig | None = None,
-    progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> ProtocolConfig:
     """Choose each method's settings on the *validation* split (the test split is never evaluated).
@@ -291,7 +305,7 @@ def tune(
             values = []
             for seed in seed_list:
                 try:
-                    result = run_method(name, data, settings, seed, workload, splits=("val",), progress=progress)
+                    result = run_method(name, data, settings, seed, workload, splits=("val",))
                     value = result.info["selected"]["val_worst_acc"]
                 except FullcompError as exc:
                     emit(log, f"tune {data.name}/{name} {point}: failed ({exc})")
@@ -333,7 +347,6 @@ def bench_group_dro(
     config: str | os.PathLike | dict | ProtocolConfig | None = None,
     workload: Workload | None = None,
     adjustment: float = 0.0,
-    progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Run every (method, seed) on ``data`` and save ``out_dir/<dataset>/<method>/seed<k>/``.
@@ -350,7 +363,7 @@ def bench_group_dro(
     for name in names:
         settings = cfg.settings_for(data.name, name) if cfg is not None else middle_settings(name)
         for seed in seed_list:
-            result = run_method(name, data, settings, seed, workload, adjustment=adjustment, progress=progress)
+            result = run_method(name, data, settings, seed, workload, adjustment=adjustment)
             folder = Path(out_dir) / data.name / name / f"seed{seed}"
             result.save(folder)
             folders.append(folder)

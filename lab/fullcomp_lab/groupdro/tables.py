@@ -14,6 +14,9 @@ from fullcomp_lab import harness
 from fullcomp_lab.groupdro.config import DATASETS, METHODS, PROTOCOL
 from fullcomp_lab.harness import mean_sd, protocol_runs
 
+#: Epochs at the end of a run whose test worst-group accuracies give its late level and its epoch-to-epoch SD
+#: (how much the model moves when training is not stopped early).
+LATE = 5
 #: (key, title, higher is better, decimals) of the main table, all on the test split at the epoch of best
 #: validation worst-group accuracy, then the same at the last epoch, then the cost.
 COLUMNS = (
@@ -23,9 +26,12 @@ COLUMNS = (
     ("last_test_worst_acc", "worst-group acc, last epoch", True, 3),
     ("last_test_avg_acc", "average acc, last epoch", True, 3),
     ("last_test_worst_loss", "worst-group loss, last epoch", False, 3),
+    ("late_test_worst_acc", f"worst-group acc, mean of last {LATE} epochs", True, 3),
+    ("late_sd_test_worst_acc", f"epoch-to-epoch SD, last {LATE} epochs", False, 3),
     ("val_worst_acc", "val worst-group acc", True, 3),
     ("epoch", "selected epoch", None, 1),
     ("seconds_per_epoch", "s / epoch", None, 2),
+    ("ms_per_update", "ms / update", None, 1),
 )
 #: Where the tuned settings and the run's provenance are written (read back into the tables).
 CONFIG_NAME = "group-dro-config.json"
@@ -36,11 +42,26 @@ class GroupRun(harness.RunFolder):
     """A run folder of ``fullcomp-lab bench group-dro``; ``metric(key)`` is its value of a table column."""
 
     def metric(self, key: str) -> float:
-        if key == "seconds_per_epoch":
+        if key in ("seconds_per_epoch", "ms_per_update"):
             return self.number(key)
+        if key.startswith("late_"):
+            return self.late(key)
         block, name = ("last_epoch", key[5:]) if key.startswith("last_") else ("selected", key)
         value = self.summary.get(block, {}).get(name, math.nan)
         return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+    def late(self, key: str) -> float:
+        """``late_test_worst_acc``: the mean test worst-group accuracy of the last :data:`LATE` evaluated
+        epochs; ``late_sd_test_worst_acc``: their sample SD (NaN with fewer than two such epochs)."""
+        h = self.history
+        if "epoch" not in h.columns or "test_worst_acc" not in h.columns:
+            return math.nan
+        epoch, value = h.column("epoch"), h.column("test_worst_acc")
+        value = value[np.isfinite(epoch) & (epoch >= 1) & np.isfinite(value)][-LATE:]
+        if key == "late_test_worst_acc":
+            return float(value.mean()) if value.size else math.nan
+        return float(value.std(ddof=1)) if value.size > 1 else math.nan
 
 
 def find_protocol_runs(out_dir: str | os.PathLike) -> list[GroupRun]:
@@ -81,9 +102,11 @@ def summarize(out_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
 ABOUT = (
     "Mean ± sample SD over seeds. Test metrics at the epoch of highest validation worst-group accuracy "
-    "(selected epoch), then at the last epoch. Worst-group accuracy: the lowest of the four groups' "
+    "(selected epoch), then at the last epoch, then the mean and the sample SD of the test worst-group "
+    f"accuracy over the last {LATE} epochs of each run. Worst-group accuracy: the lowest of the four groups' "
     "accuracies; average accuracy: over all test rows; worst-group loss: the highest group mean logistic "
-    "loss. s / epoch: optimizer seconds per epoch, evaluation excluded. Bold: best mean per column "
+    "loss. s / epoch: optimizer seconds per epoch, evaluation excluded; ms / update: optimizer milliseconds "
+    "per update (one batch drawn and one step taken). Bold: best mean per column "
     "(no significance claim)."
 )
 
@@ -185,7 +208,8 @@ def plots(out_dir: str | os.PathLike) -> list[Path]:
     fig.suptitle("worst-group test accuracy after every epoch (mean ± SD over seeds)")
     saved.append(harness.save_figure(fig, Path(out_dir) / "worst_group_vs_time.png", dpi=110))
 
-    adversaries = [m for m in ("hmsfw-max", "hmsfw-cvar", "group-dro") if any(mm == m for _, mm, _ in grouped)]
+    shown = ("hmsfw-max", "hmsfw-cvar", "group-dro-ref", "group-dro")
+    adversaries = [m for m in shown if any(mm == m for _, mm, _ in grouped)]
     if adversaries:
         fig = Figure(figsize=(4.6 * len(adversaries), 3.4 * len(datasets)), layout="constrained")
         axes = np.array(fig.subplots(len(datasets), len(adversaries), squeeze=False))
