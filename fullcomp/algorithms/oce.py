@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.optimize import minimize, minimize_scalar
+from scipy.optimize import minimize, minimize_scalar, nnls
 from scipy.special import logsumexp
 
 from fullcomp.algorithms.method import Method, Plan, Readout, register, solve
@@ -49,6 +49,7 @@ PARAMS = (
         1e-6,
         "a sample grows once a step decreases its objective by less than this fraction of it",
     ),
+    Param("stage_steps", (positive(int),), 10, "the most steps taken on one sample before it grows"),
     Param("chunk", (positive(int),), 65536, "rows per evaluation chunk (memory O(chunk) per pass)"),
 )
 
@@ -188,6 +189,7 @@ class OCEState:
     index: torch.Tensor | None
     pairs: tuple
     stage: int = 0
+    steps: int = 0  # taken on this sample
     solved: bool = False  # no step decreases the objective over every row any more
 
 
@@ -268,7 +270,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
 
     def oce_step(state: OCEState, k: int) -> tuple[OCEState, dict]:
         row = {"objective_estimate": state.value, "rows": n if state.index is None else len(state.index)}
-        moved = None if state.solved else search(evaluator, state, project)
+        moved = None if state.solved else search(evaluator, state, project, noise)
         if moved is None:  # no decrease along the direction nor the gradient: this sample is solved
             if state.index is None:
                 return replace(state, solved=True), {**row, "step": 0.0}
@@ -279,10 +281,17 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
         pairs = state.pairs
         if float(s @ y) > 1e-10 * float(s.norm() * y.norm()):
             pairs = (*pairs, (s, y))[-memory:]
-        nxt = OCEState(x, value, g, state.index, pairs, state.stage)
-        if state.index is not None and state.value - value <= hp["stage_tol"] * abs(state.value):
+        nxt = OCEState(x, value, g, state.index, pairs, state.stage, state.steps + 1)
+        small = state.value - value <= hp["stage_tol"] * abs(state.value)
+        if state.index is not None and (small or state.steps + 1 >= hp["stage_steps"]):
             nxt = at(x, sample(grown(state)), pairs, state.stage + 1)
         return nxt, {**row, "step": t}
+
+    def noise() -> torch.Tensor:
+        """A point drawn uniformly from the unit ball, from the run's generator."""
+        v = torch.randn(x0.numel(), generator=run.generator, device=run.generator.device, dtype=run.dtype)
+        r = torch.rand((), generator=run.generator, device=run.generator.device, dtype=run.dtype)
+        return (v / v.norm() * r ** (1.0 / v.numel())).to(run.device)
 
     def grown(state: OCEState) -> int:
         return min(n, math.ceil(len(state.index) * hp["growth"]))
@@ -294,22 +303,59 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     return Plan(oce_step, state, OCEReadout(problem, evaluator), info=info)
 
 
-def search(evaluator: Pass, state: OCEState, project: Any) -> tuple | None:
-    """A backtracking (Armijo) search along the projected L-BFGS direction, then along the projected
-    gradient: (step, x, value, gradient callable) of the first point that decreases the sample's objective
-    enough, or None."""
+def search(evaluator: Pass, state: OCEState, project: Any, noise: Any) -> tuple | None:
+    """(step, x, value, gradient callable) of the first point that decreases the sample's objective enough
+    along the projected L-BFGS direction, then the projected gradient, then gradient-sampling directions,
+    or None when none does.
+
+    A nonsmooth F (CVaR) can stop L-BFGS at a kink, where neither direction descends (at the origin every
+    loss ties); the minimum-norm convex combination of gradients sampled around x does (gradient sampling,
+    Burke, Lewis and Overton 2005), on balls of radius 1e-2 down to 1e-7 times max(1, ||x||).
+    """
     for d in (direction(state.grad, state.pairs), -state.grad):
-        t = 1.0
-        for _ in range(30):
-            x = project(state.x + t * d)
-            drop = min(float(state.grad @ (x - state.x)), 0.0)
-            value, gradient = evaluator.value(x, state.index, grad=True)
-            if value < state.value + 1e-4 * drop:
-                return t, x, value, gradient
-            t *= 0.5
-        if not state.pairs:
-            break
+        found = backtrack(evaluator, state, project, d, None)
+        if found is not None:
+            return found
+    if evaluator.risk.name != "cvar":  # the other risks are smooth: no descent along -grad means stationary
+        return None
+    scale = max(1.0, float(state.x.norm()))
+    for radius in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7):
+        grads = [state.grad]
+        for _ in range(min(4 * (state.x.numel() + 1), 100)):
+            _, gradient = evaluator.value(state.x + radius * scale * noise(), state.index, grad=True)
+            grads.append(gradient())
+        d = -min_norm(torch.stack(grads))
+        found = backtrack(evaluator, state, project, d, float(d @ d))
+        if found is not None:
+            return found
     return None
+
+
+def backtrack(evaluator: Pass, state: OCEState, project: Any, d: torch.Tensor, decrease: float | None) -> Any:
+    """Halve the step along d until the projected point decreases the objective by 1e-4 of the step's
+    predicted drop (``decrease`` * step when given, else the gradient's slope); None after 30 halvings."""
+    t = 1.0
+    for _ in range(30):
+        x = project(state.x + t * d)
+        slope = float(state.grad @ (x - state.x)) if decrease is None else -decrease * t
+        value, gradient = evaluator.value(x, state.index, grad=True)
+        if value < state.value + 1e-4 * min(slope, 0.0):
+            return t, x, value, gradient
+        t *= 0.5
+    return None
+
+
+def min_norm(G: torch.Tensor) -> torch.Tensor:
+    """The point of minimum norm in the convex hull of the rows of G (non-negative least squares with the
+    weights' sum held at 1 by a heavy row)."""
+    rows = G.detach().cpu().double().numpy()
+    heavy = 1e3 * max(1.0, float(np.abs(rows).max()))
+    system = np.vstack([rows.T, np.full((1, len(rows)), heavy)])
+    target = np.zeros(system.shape[0])
+    target[-1] = heavy
+    weights = nnls(system, target)[0]
+    weights /= max(weights.sum(), 1e-300)
+    return torch.as_tensor(rows.T @ weights, dtype=G.dtype, device=G.device)
 
 
 OCE = register(
@@ -331,14 +377,17 @@ def oce(problem: CompositeProblem, **options: Any) -> Result:
     is an L-BFGS step (projected onto X, with a backtracking search) on F(l(x)) over a random sample of the
     rows, whose value and gradient J^T q come from the risk's closed-form weights q; the sample starts at
     ``first_rows`` rows and grows by ``growth`` when a step decreases its objective by less than
-    ``stage_tol`` of it, until it holds every row (then the steps are exact).
+    ``stage_tol`` of it or after ``stage_steps`` steps, until it holds every row (then the steps are exact).
+    Where CVaR's kinks stop both directions, gradients sampled around x give one that descends (gradient
+    sampling); a point with many tied losses (the origin of a linear model, where all tie) can still stop
+    it short of the optimum, which ``fw_gap`` then shows.
 
     Every evaluation (``eval_every``, and the last row) records, outside optimizer time, the exact objective
     over every row and ``fw_gap`` = max_{s in X} <J(x)^T q(x), x - s>: for losses convex in x it bounds
     F(l(x)) - min_X F(l(.)), so ``gap_tol`` stops a run with a certified accuracy.  Rows also hold
     ``objective_estimate`` (the sample's objective), ``rows`` (the sample's size) and ``step``.
     ``result.dual`` holds the minimizing ``eta`` (and ``lam``) of the risk's OCE form at the final x.
-    Hyperparameters: ``memory``, ``first_rows``, ``growth``, ``stage_tol``, ``chunk``
+    Hyperparameters: ``memory``, ``first_rows``, ``growth``, ``stage_tol``, ``stage_steps``, ``chunk``
     (``fc.describe("oce")``).
     """
     return solve(problem, "oce", **options)
