@@ -333,7 +333,7 @@ def search(evaluator: Pass, state: OCEState, project: Any, noise: Any) -> tuple 
     loss ties); the minimum-norm convex combination of gradients sampled around x does (gradient sampling,
     Burke, Lewis and Overton 2005), on balls of radius 1e-2 down to 1e-7 times max(1, ||x||).
     """
-    for d in (direction(state.grad, state.pairs), -state.grad):
+    for d in (direction(state.grad, state.pairs), -state.grad)[: 2 if state.pairs else 1]:
         found = backtrack(evaluator, state, project, d, None)
         if found is not None:
             return found
@@ -355,8 +355,10 @@ def search(evaluator: Pass, state: OCEState, project: Any, noise: Any) -> tuple 
 def backtrack(evaluator: Pass, state: OCEState, project: Any, d: torch.Tensor, decrease: float | None) -> Any:
     """Halve the step along d until the projected point decreases the objective by 1e-4 of the step's
     predicted drop (``decrease`` * step when given, else the gradient's slope); None after 30 halvings."""
-    t = 1.0
+    t, size = 1.0, float(d.norm())
     for _ in range(30):
+        if t * size <= 1e-10 * (1.0 + float(state.x.norm())):  # a step below rounding: stop paying passes
+            return None
         x = project(state.x + t * d)
         slope = float(state.grad @ (x - state.x)) if decrease is None else -decrease * t
         value, gradient = evaluator.value(x, state.index, True, state.mu)
