@@ -261,9 +261,7 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     evaluator = Pass(problem, oce_risk(problem), hp["chunk"])
     domain, n, memory = problem.domain, problem.per_sample.n, hp["memory"]
 
-    def project(v: torch.Tensor) -> torch.Tensor:
-        p = np.asarray(domain.project(v.detach().cpu().numpy().reshape(domain.shape)), dtype=np.float64)
-        return torch.as_tensor(p.reshape(-1), dtype=run.dtype, device=run.device)
+    project = projector(domain, run)
 
     def sample(m: int) -> torch.Tensor | None:
         """m distinct rows drawn from the run's generator, sorted (None: every row)."""
@@ -304,17 +302,12 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
             nxt = next_stage(state, x, pairs) or nxt
         return nxt, {**row, "step": t}
 
-    def noise() -> torch.Tensor:
-        """A point drawn uniformly from the unit ball, from the run's generator."""
-        v = torch.randn(x0.numel(), generator=run.generator, device=run.generator.device, dtype=run.dtype)
-        r = torch.rand((), generator=run.generator, device=run.generator.device, dtype=run.dtype)
-        return (v / v.norm() * r ** (1.0 / v.numel())).to(run.device)
-
     def grown(state: OCEState) -> int:
         return min(n, math.ceil(len(state.index) * hp["growth"]))
 
     first = n if hp["first_rows"] is None else min(n, hp["first_rows"])
     x0 = project(torch.as_tensor(problem.x0, dtype=run.dtype, device=run.device).reshape(-1))
+    noise = ball_noise(x0.numel(), run)
     index = sample(first)
     mu = None
     if evaluator.risk.name == "cvar":  # start from the smoothing: at the origin of a linear model all losses tie
@@ -322,6 +315,27 @@ def setup(problem: CompositeProblem, hp: dict, run: RunOptions) -> Plan:
     state = at(x0, index, (), 0, mu)  # set-up (the first passes), not optimizer time
     info = {"risk": evaluator.risk.name, "first_rows": first, "rows": n}
     return Plan(oce_step, state, OCEReadout(problem, evaluator), info=info)
+
+
+def projector(domain: Any, run: RunOptions) -> Any:
+    """The domain's Euclidean projection of a flat tensor, as a flat tensor of the run's dtype and device."""
+
+    def project(v: torch.Tensor) -> torch.Tensor:
+        p = np.asarray(domain.project(v.detach().cpu().numpy().reshape(domain.shape)), dtype=np.float64)
+        return torch.as_tensor(p.reshape(-1), dtype=run.dtype, device=run.device)
+
+    return project
+
+
+def ball_noise(dim: int, run: RunOptions) -> Any:
+    """Points drawn uniformly from the unit ball of dimension ``dim``, from the run's generator."""
+
+    def noise() -> torch.Tensor:
+        v = torch.randn(dim, generator=run.generator, device=run.generator.device, dtype=run.dtype)
+        r = torch.rand((), generator=run.generator, device=run.generator.device, dtype=run.dtype)
+        return (v / v.norm() * r ** (1.0 / dim)).to(run.device)
+
+    return noise
 
 
 def search(evaluator: Pass, state: OCEState, project: Any, noise: Any) -> tuple | None:
