@@ -69,8 +69,8 @@ def fit_dro(risk, X, y, solver="CLARABEL"):
 
 
 def fullcomp_problem(risk, X, y, radius):
-    A = torch.tensor(np.hstack([X, np.ones((len(y), 1))]))
-    labels = torch.tensor(y)
+    A = torch.from_numpy(np.hstack([X, np.ones((len(y), 1))]))
+    labels = torch.from_numpy(y)
 
     def loss(x, rows):
         a, b = rows

@@ -59,8 +59,10 @@ def data() -> tuple[np.ndarray, np.ndarray]:
     return logistic_data()
 
 
-@pytest.mark.parametrize("name", list(RISKS))
-@pytest.mark.parametrize("first_rows", [50, None])
+CASES = [(name, 50) for name in RISKS] + [("cvar", None), ("kl_dro", None)]
+
+
+@pytest.mark.parametrize(("name", "first_rows"), CASES)
 def test_oce_reaches_the_cvxpy_optimum(data, name, first_rows):
     A, y = data
     best = cvxpy_optimum(name, A, y)
