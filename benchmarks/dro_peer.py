@@ -160,7 +160,7 @@ def reference(risk: str, n: int, X=None, y=None) -> dict:
     result = fc.solve(problem, "oce", iters=REFERENCE_STEPS, eval_every=10, gap_tol=1e-9, progress=False)
     rows = [r for r in result.history.rows if "objective" in r]
     best = min(rows, key=lambda r: r["objective"])
-    return {"objective": best["objective"], "fw_gap": rows[-1]["fw_gap"], "norm": float(np.linalg.norm(result.x))}
+    return {"objective": best["objective"], "fw_gap": rows[-1]["fw_gap"], "norm": float(result.x.norm())}
 
 
 def in_subprocess(command: str, **args) -> dict:

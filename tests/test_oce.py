@@ -73,7 +73,7 @@ def test_oce_reaches_the_cvxpy_optimum(data, name, first_rows):
     # The conic solvers stop at 1e-8 (Clarabel) to 1e-9 (SCS) of the optimum; 1e-6 is above both.
     assert final["objective"] == pytest.approx(best, rel=1e-6, abs=1e-6)
     assert final["rows"] == N
-    assert np.linalg.norm(result.x) <= RADIUS * (1 + 1e-12)
+    assert float(result.x.norm()) <= RADIUS * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("name", list(RISKS))

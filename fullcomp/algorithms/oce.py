@@ -25,10 +25,11 @@ from scipy.optimize import brentq, minimize, minimize_scalar, nnls
 from scipy.special import expit, logsumexp
 
 from fullcomp.algorithms.method import Method, Plan, Readout, register, solve
-from fullcomp.errors import ModelError
+from fullcomp.errors import ModelError, OracleError
 from fullcomp.model.calculus import capped_weights, chi2_weights, kl_weights, named_risk, softmax_weights
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.run import Result, RunOptions
+from fullcomp.serial import encodable
 from fullcomp.validation import NONE, Interval, Param, positive
 
 #: The named risks that are optimized certainty equivalents, with the parameter that sizes them.
@@ -50,7 +51,12 @@ PARAMS = (
         "a sample grows once a step decreases its objective by less than this fraction of it",
     ),
     Param("stage_steps", (positive(int),), 10, "the most steps taken on one sample before it grows"),
-    Param("chunk", (positive(int),), 65536, "rows per evaluation chunk (memory O(chunk) per pass)"),
+    Param(
+        "chunk",
+        (positive(int),),
+        65536,
+        "rows per chunk of a pass (a pass keeps its chunks' autograd graphs until its backward pass)",
+    ),
 )
 
 
@@ -168,7 +174,7 @@ class Pass:
             losses = [self.rows.values(point, part) for part in self.parts(index)]
         u = torch.cat(losses).detach().cpu().double().numpy()
         if not np.all(np.isfinite(u)):
-            raise ModelError("oce: the per-sample loss returned a non-finite value; check the loss and the data")
+            raise OracleError("oce: the per-sample loss returned a non-finite value; check the loss and the data")
         risk = self.risk if mu is None else Risk(self.risk.name, self.risk.params, mu)
         value, q = risk.evaluate(u)
         if not grad:
@@ -186,6 +192,7 @@ def offsets(parts: list[torch.Tensor]) -> list[int]:
     return [0, *np.cumsum([len(p) for p in parts[:-1]]).tolist()]
 
 
+@encodable
 @dataclass
 class OCEState:
     """x, the sample's objective at x and its gradient, the sample (None: every row), L-BFGS's pairs."""
@@ -227,8 +234,8 @@ class OCEReadout(Readout):
         self.domain, self.evaluator = problem.domain, evaluator
         self.seen: tuple[OCEState, float, torch.Tensor] | None = None  # (state, F, J^T q) last computed
 
-    def iterate(self, state: OCEState) -> np.ndarray:
-        return state.x.detach().cpu().numpy().reshape(self.domain.shape)
+    def iterate(self, state: OCEState) -> torch.Tensor:
+        return state.x.reshape(self.domain.shape)
 
     def observe(self, state: OCEState, k: int) -> dict:
         return {"objective_estimate": state.value, "rows": self.rows(state)}
@@ -248,7 +255,7 @@ class OCEReadout(Readout):
     def evaluate(self, state: OCEState, k: int) -> dict:
         g = self.exact(state)[1].cpu().numpy()
         s = np.asarray(self.domain.lmo(g.reshape(self.domain.shape)), dtype=np.float64).reshape(-1)
-        return {"fw_gap": float(g @ (self.iterate(state).reshape(-1) - s))}
+        return {"fw_gap": float(g @ (state.x.detach().cpu().double().numpy() - s))}
 
     def returned(self, state: OCEState) -> dict:
         with torch.no_grad():
