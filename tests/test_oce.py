@@ -74,6 +74,11 @@ def test_oce_reaches_the_cvxpy_optimum(data, name, first_rows):
     assert final["objective"] == pytest.approx(best, rel=1e-6, abs=1e-6)
     assert final["rows"] == N
     assert float(result.x.norm()) <= RADIUS * (1 + 1e-12)
+    # The OCE form at the run's (eta, lam) is F's closed form at its x.
+    with torch.no_grad():
+        losses = logistic(result.x, (torch.tensor(A), torch.tensor(y))).numpy()
+    params = fc.model.calculus.named_risk(problem_of(name, A, y).outer.expr)[1]
+    assert oce_objective(name, params, losses, **result.dual) == pytest.approx(final["objective"], rel=1e-6)
 
 
 @pytest.mark.parametrize("name", list(RISKS))
