@@ -136,6 +136,9 @@ def oce_dual(name: str, params: dict, u: np.ndarray) -> dict:
     if name == "entropic_risk":
         lam = params["lam"]
         return {"eta": float(lam * (logsumexp(u / lam) - math.log(u.size)))}
+    fitted = dual_from_weights(name, params, u)
+    if fitted is not None:
+        return fitted
     spread = max(float(u.max() - u.min()), 1e-12)
     if name == "kl_dro":
 
@@ -152,6 +155,25 @@ def oce_dual(name: str, params: dict, u: np.ndarray) -> dict:
 
     z = minimize(chi2, np.array([float(u.mean()), 0.0]), method="Nelder-Mead", options={"xatol": 1e-12, "fatol": 1e-15})
     return {"eta": float(z.x[0]), "lam": spread * math.exp(float(z.x[1]))}
+
+
+def dual_from_weights(name: str, params: dict, u: np.ndarray) -> dict | None:
+    """The balls' (eta, lam) read off their closed-form weights q, or None where they do not determine them.
+
+    At the optimum, p = n q is (1 + (u - eta) / lam)_+ (chi-square) or exp((u - eta) / lam) (KL), so u is
+    affine in n q - 1 (or log(n q)) on the rows q weighs: a least-squares line gives eta and lam, kept when the
+    OCE form there equals q.u to 1e-9 (uniform or top-only weights leave the line undetermined).
+    """
+    q = chi2_weights(u, params["kappa"]) if name == "chi2_dro" else kl_weights(u, params["rho"])
+    used = q > 1e-12 / u.size
+    z = u.size * q[used] - 1.0 if name == "chi2_dro" else np.log(u.size * q[used])
+    if np.ptp(z) <= 1e-9 * max(1.0, float(np.abs(z).max())):
+        return None
+    lam, eta = np.polyfit(z, u[used], 1)
+    value = float(q @ u)
+    if lam <= 0 or abs(oce_objective(name, params, u, eta, lam) - value) > 1e-9 * max(1.0, abs(value)):
+        return None
+    return {"eta": float(eta), "lam": float(lam)}
 
 
 class Pass:
