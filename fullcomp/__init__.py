@@ -13,6 +13,7 @@ from fullcomp.algorithms.fw import fw
 from fullcomp.algorithms.linasa import linasa_icg
 from fullcomp.algorithms.method import Method, Plan, Readout, describe, methods, register, solve
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa
+from fullcomp.algorithms.oce import oce
 from fullcomp.algorithms.prox_linear import prox_linear
 from fullcomp.algorithms.psg import psg
 from fullcomp.algorithms.smag import smag
@@ -124,6 +125,7 @@ __all__ += ["LoaderSampler"]
 __all__ += ["layer_domains", "make_feasible", "init_norms"]
 __all__ += ["Grouped", "PerSample"]
 __all__ += ["Constraints", "ConstraintValue", "constraint_report"]
+__all__ += ["oce"]
 
 #: Modules of the papers' protocols, which the fullcomp-lab package of this repository holds (``lab/``).
 _LAB_MODULES = {"noise": "fullcomp_lab.noise", "metrics": "fullcomp_lab.metrics", "experiments": "fullcomp_lab"}

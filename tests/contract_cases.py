@@ -11,11 +11,39 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 import fullcomp as fc
 from fullcomp.testing import composite_problem, dc_problem, minimax_problem
 
 # The problems fullcomp.testing.check_method runs a user's method on: the built-ins are held to the same.
 composite, dc, minimax = composite_problem, dc_problem, minimax_problem
+
+
+def per_sample(
+    dtype: torch.dtype = torch.float64, nan_after: int | None = None, shift: float = 0.0
+) -> fc.CompositeProblem:
+    """CVaR_0.2 of 40 logistic losses (fc.PerSample) over an l2 ball: the case of the oce method.
+
+    ``nan_after`` makes the loss return NaN after that many calls of a run (the construction's are not counted);
+    ``shift`` moves the features (another data set).
+    """
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(40, 5, generator=g, dtype=torch.float64) + shift
+    y = torch.sign(A @ torch.randn(5, generator=g, dtype=torch.float64) + 0.3)
+    calls = [0]
+
+    def loss(x, rows):
+        calls[0] += 1
+        a, b = rows
+        out = torch.nn.functional.softplus(-b * (a @ x))
+        return out * float("nan") if nan_after is not None and calls[0] > nan_after else out
+
+    u = fc.inner_value(40)
+    rows = fc.PerSample(loss, (A.to(dtype), y.to(dtype)), batch_size=8)
+    problem = fc.CompositeProblem(fc.cvar(u, 0.2), rows, fc.L2Ball(5, 3.0))
+    calls[0] = 0
+    return problem
 
 
 #: method -> (problem factory, required hyperparameters)
@@ -40,6 +68,8 @@ CASES = {
     "sopa": (minimax, {"eta": 0.05, "eta_s": 0.05}),
     # F = cp.max is not differentiable: the vanilla step, towards the GLMO's point (away steps need a smooth F).
     "fw": (composite, {"corrective": "vanilla"}),
+    # first_rows below n: the runs go through a sampled stage and CVaR's smoothing.
+    "oce": (per_sample, {"first_rows": 16, "stage_steps": 3}),
 }
 
 

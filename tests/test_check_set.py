@@ -14,7 +14,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import torch
-from contract_cases import CASES, dc, minimax
+from contract_cases import CASES, dc, minimax, per_sample
 
 import fullcomp as fc
 from fullcomp.errors import DomainError, ProjectionWarning
@@ -343,6 +343,19 @@ def composite_over(domain):
     )
 
 
+def per_sample_over(domain):
+    """CVaR of 30 logistic losses of fc.PerSample rows, over the set: the case of the oce method."""
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(30, N, generator=g, dtype=torch.float64)
+    y = torch.sign(A @ torch.randn(N, generator=g, dtype=torch.float64))
+
+    def loss(x, rows):
+        a, b = rows
+        return torch.nn.functional.softplus(-b * (a @ x))
+
+    return fc.CompositeProblem(fc.cvar(fc.inner_value(30), 0.2), fc.PerSample(loss, (A, y)), domain)
+
+
 def minimax_over(domain):
     """min over x = {w, s} of max over y in the set of (w - b)^2 + s^2 + y.w - |y|^2 / 2."""
 
@@ -369,7 +382,8 @@ def test_the_set_methods_are_every_method_but_the_dc_ones():
 def test_every_method_runs_on_the_user_sets(method, which, monkeypatch):
     domain = Cross(N) if which == "cross" else GroupL1Ball(GROUPS, 1.5)
     factory, required = CASES[method]
-    problem = minimax_over(domain) if factory is minimax else composite_over(domain)
+    over = {minimax: minimax_over, per_sample: per_sample_over}.get(factory, composite_over)
+    problem = over(domain)
     calls = []
     by_lmo = fc.sets.base.project_by_lmo
     monkeypatch.setattr(fc.sets.base, "project_by_lmo", lambda *args: calls.append(1) or by_lmo(*args))

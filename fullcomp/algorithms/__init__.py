@@ -10,7 +10,8 @@ from fullcomp.algorithms.smag import smag  # isort: skip
 from fullcomp.algorithms.dc import dc_sgd, sbcd, sdca, ssdc_adagrad, ssdc_spg  # isort: skip
 from fullcomp.algorithms.minimax import epoch_gda, sgda, sopa  # isort: skip
 from fullcomp.algorithms.fw import fw  # isort: skip
+from fullcomp.algorithms.oce import oce  # isort: skip
 
 __all__ = ["hmsfw", "scfw", "smag", "psg", "prox_linear", "linasa_icg"]
-__all__ += ["fw"]
+__all__ += ["fw", "oce"]
 __all__ += ["dc_sgd", "sdca", "ssdc_spg", "ssdc_adagrad", "sbcd", "sgda", "epoch_gda", "sopa"]

@@ -226,7 +226,27 @@ def write_tables(path: str) -> None:
     Path(path).write_text(head + markdown() + tail)
 
 
-def solve(problem: Any, method: str, /, **options: Any) -> Result:
+def default_method(problem: Any) -> str:
+    """The method :func:`solve` runs when none is named: ``"oce"`` for a problem on ``fc.PerSample`` whose F
+    is a named OCE risk (``fc.cvar``, ``fc.chi2_dro``, ``fc.kl_dro``, ``fc.entropic_risk``), measured the
+    fastest there (docs/performance.md); an OptionError asking for a method otherwise."""
+    from fullcomp.algorithms.oce import OCE_RISKS
+    from fullcomp.model.calculus import named_risk
+
+    outer = getattr(problem, "outer", None)
+    named = named_risk(getattr(outer, "expr", None))
+    if getattr(problem, "per_sample", None) is not None and named is not None and named[0] in OCE_RISKS:
+        if not outer.depends_on_x:
+            return "oce"
+    fits = ", ".join(m.name for m in methods(problem)) or "none"
+    raise OptionError(
+        f"fc.solve needs a method for a {type(problem).__name__} (the methods for it: {fits}); pass it as the "
+        "second argument, e.g. fc.solve(problem, 'hmsfw'). Only a problem on fc.PerSample with a named OCE risk "
+        "(fc.cvar, fc.chi2_dro, fc.kl_dro, fc.entropic_risk) has a default, 'oce'"
+    )
+
+
+def solve(problem: Any, method: str | None = None, /, **options: Any) -> Result:
     """Run the registered ``method`` on ``problem``; ``options`` are its hyperparameters and the shared options.
 
     ``fc.describe(method)`` lists both.  Every method returns a Result with
@@ -239,9 +259,11 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
         The problem to solve, an instance of the problem class the method
         accepts (``fc.methods(problem)`` lists the methods for it).
         Positional only.
-    method : str
+    method : str, optional
         The name of a registered method (``fc.methods()``), e.g. ``"hmsfw"``
-        or ``"smag"``.  Positional only.
+        or ``"smag"``.  Positional only.  Left out, :func:`default_method`
+        picks it: ``"oce"`` for a problem on ``fc.PerSample`` with a named
+        OCE risk, and no other problem has a default.
     **options
         The method's hyperparameters and the shared options (``iters``,
         ``seconds``, ``seed``, ``device``, ``callback``, ``checkpoint``, ...),
@@ -261,6 +283,8 @@ def solve(problem: Any, method: str, /, **options: Any) -> Result:
     ModelError
         ``problem`` is not of the problem class the method accepts.
     """
+    if method is None:
+        method = default_method(problem)
     spec, hp, problem, shared = validated(problem, method, options)
     run = RunOptions.resolve(problem, spec.name, shared)
     if run.x0 is not None:
