@@ -432,6 +432,7 @@ OCE = register(
         setup,
         "L-BFGS on a named OCE risk of fc.PerSample losses (CVaR, chi2/KL balls, entropic) over growing row "
         "samples, with closed-form weights and an exact certificate",
+        per_sample=True,
     )
 )
 

@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from fullcomp.algorithms.method import solve
+from fullcomp.algorithms.method import default_method, solve
 from fullcomp.errors import OptionError
 from fullcomp.estimators import risks
 from fullcomp.model.calculus import risk_weights
@@ -44,11 +44,15 @@ LIPSCHITZ = {"logistic": 1.0, "hinge": 1.0, "absolute": 1.0}
 RADIUS_PER_C = 10.0
 
 
-def _solve_picks_method() -> bool:
-    """Whether ``fc.solve`` takes no method (and then picks the route for the problem itself)."""
-    import inspect
-
-    return inspect.signature(solve).parameters["method"].default is not inspect.Parameter.empty
+def _method(est: RobustLinearModel, problem: CompositeProblem) -> str:
+    """The estimator's ``method``, or fc.solve's route for the problem ("oce" for a per-sample OCE risk), or
+    "hmsfw" for the risks that have no default route (max, mean, tv, group, Wasserstein, a callable)."""
+    if est.method is not None:
+        return est.method
+    try:
+        return default_method(problem)
+    except OptionError:
+        return "hmsfw"
 
 
 class RobustLinearModel(BaseEstimator):
@@ -207,8 +211,7 @@ class _Classifier(ClassifierMixin, RobustLinearModel):
 def _fitted(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.ndarray, groups: Any) -> dict:
     """Build the problem, solve it and read the fitted attributes off the result."""
     problem, losses, to_groups, radius, bound = _problem(est, X, t, p, w, groups)
-    method = est.method if est.method is not None or _solve_picks_method() else "hmsfw"
-    result = solve(problem, *([] if method is None else [method]), **est._fit_options())
+    result = solve(problem, _method(est, problem), **est._fit_options())
     x = result.x.detach().cpu().numpy().astype(np.float64)
     d = X.shape[1]
     u = losses(x)
