@@ -181,6 +181,14 @@ def as_values(inner: InnerMap) -> InnerMap:
     return inner_values
 
 
+def checked_domain(domain: Any) -> Set:
+    if not isinstance(domain, Set):
+        raise DomainError(
+            f"domain must be a fullcomp set (fc.Simplex, fc.L1Ball, fc.NuclearBall, ...), got {type(domain).__name__}"
+        )
+    return domain
+
+
 def per_sample_parts(
     rows: Any, n: int, sampler: Sampler | None, full_batch: Any, x0: Any, reads: Any
 ) -> tuple[Any, Sampler | None, Any]:
@@ -304,12 +312,7 @@ class CompositeProblem:
         check_gradient: bool = True,
         constraints: Any = None,
     ):
-        if not isinstance(domain, Set):
-            raise DomainError(
-                "domain must be a fullcomp set (fc.Simplex, fc.L1Ball, fc.NuclearBall, ...), "
-                f"got {type(domain).__name__}"
-            )
-        self.domain = domain
+        self.domain = checked_domain(domain)
         self.outer = Outer(outer, domain)
         self.outer.constraints = declared(constraints, self.outer.u, domain.variable)
         #: The declaration of one loss per sample when ``inner`` is a ``fc.PerSample``, else None.
