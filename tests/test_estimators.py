@@ -250,3 +250,45 @@ def test_the_per_sample_benchmarks_formulations_against_cvxpy(risk, alpha, build
     assert abs(model.robust_objective_ - optimum) <= 1e-3 * abs(optimum)
     losses = np.logaddexp(0.0, -y * model.decision_function(X))
     assert abs(model.worst_case_weights_ @ losses - model.robust_objective_) <= 1e-6
+
+
+def _sensitive_data(n: int = 300) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    a = (rng.random(n) < 0.4).astype(int)
+    X = np.column_stack([rng.standard_normal(n) + a, rng.standard_normal(n)])
+    return X, np.where(X[:, 0] + 0.3 * rng.standard_normal(n) > 0.5, 1, 0), a
+
+
+@pytest.mark.parametrize("constraint", ["demographic_parity", "equal_opportunity"])
+def test_a_fairness_constraint_holds_and_is_reported(constraint):
+    """Without the constraint the groups' mean probabilities differ by far more than the bound; with it the
+    fitted model keeps the gap within the bound on the training data, and the reports compute it as numpy."""
+    X, y, a = _sensitive_data()
+    free = RobustLogisticRegression("mean", max_iter=100, random_state=0).fit(X, y)
+    model = RobustLogisticRegression("mean", constraint=constraint, bound=0.05, max_iter=300, random_state=0)
+    model.fit(X, y, sensitive_features=a)
+    keep = y == 1 if constraint == "equal_opportunity" else np.ones(y.size, dtype=bool)
+
+    def gap(m):
+        p = m.predict_proba(X)[:, 1]
+        return abs(p[keep & (a == 0)].mean() - p[keep & (a == 1)].mean())
+
+    assert gap(free) > 0.06  # above the bound without the constraint
+    assert model.constraint_["gap"] == pytest.approx(gap(model), abs=1e-12)
+    assert model.constraint_["gap"] <= 0.05 + 1e-6 and model.constraint_["violation"] <= 1e-6
+    assert model.robust_objective_ > free.robust_objective_  # the constraint costs training loss
+    held = model.constraint_report(X[:150], y[:150], a[:150])
+    assert held["bound"] == 0.05 and held["violation"] == max(held["gap"] - 0.05, 0.0)
+
+
+def test_a_fairness_constraint_refuses_what_it_cannot_fit():
+    X, y, a = _sensitive_data(60)
+    with pytest.raises(OptionError, match="sensitive_features"):
+        RobustLogisticRegression("mean", constraint="demographic_parity").fit(X, y)
+    with pytest.raises(OptionError, match="sensitive_features"):
+        RobustLogisticRegression("mean").fit(X, y, sensitive_features=a)
+    with pytest.raises(OptionError, match="risk='mean'"):
+        RobustLogisticRegression("cvar", constraint="demographic_parity").fit(X, y, sensitive_features=a)
+    with pytest.raises(OptionError, match="exactly two values"):
+        three = np.arange(60) % 3
+        RobustLogisticRegression("mean", constraint="demographic_parity").fit(X, y, sensitive_features=three)

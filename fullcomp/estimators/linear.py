@@ -23,7 +23,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from fullcomp.algorithms.method import default_method, solve
 from fullcomp.errors import OptionError
-from fullcomp.estimators import risks
+from fullcomp.estimators import fairness, risks
 from fullcomp.model.calculus import risk_weights
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.model.placeholder import inner_value
@@ -72,6 +72,8 @@ class RobustLinearModel(BaseEstimator):
         "checkpoint": [str, os.PathLike, Checkpoint, None],
         "solver_options": [dict, None],
         "verbose": ["boolean"],
+        "constraint": [StrOptions(set(fairness.CONSTRAINTS)), None],
+        "bound": [Interval(Real, 0, None, closed="left")],
     }
     _y_numeric = False
 
@@ -91,6 +93,8 @@ class RobustLinearModel(BaseEstimator):
         checkpoint: Any = None,
         solver_options: dict | None = None,
         verbose: bool = False,
+        constraint: str | None = None,
+        bound: float = 0.05,
     ):
         self.risk, self.alpha, self.C, self.penalty, self.fit_intercept = risk, alpha, C, penalty, fit_intercept
         self.method, self.max_iter, self.tol, self.seconds = method, max_iter, tol, seconds
@@ -100,8 +104,11 @@ class RobustLinearModel(BaseEstimator):
             solver_options,
             verbose,
         )
+        self.constraint, self.bound = constraint, bound
 
-    def fit(self, X: Any, y: Any, sample_weight: Any = None, groups: Any = None) -> RobustLinearModel:
+    def fit(
+        self, X: Any, y: Any, sample_weight: Any = None, groups: Any = None, sensitive_features: Any = None
+    ) -> RobustLinearModel:
         """Fit the model: minimize the risk of the training losses over the domain that ``C`` sizes.
 
         Parameters
@@ -116,6 +123,8 @@ class RobustLinearModel(BaseEstimator):
             "group" take them.
         groups : array-like of shape (n_samples,), optional
             The group label of each row, for ``risk="group"`` (and only for it).
+        sensitive_features : array-like of shape (n_samples,), optional
+            The sensitive feature, of two values, for ``constraint=`` (and only for it).
 
         Returns
         -------
@@ -128,11 +137,39 @@ class RobustLinearModel(BaseEstimator):
         if not w.sum() > 0:
             raise OptionError("sample_weight must have a positive entry: every row has weight 0")
         p = None if np.all(w == w[0]) else w / w.sum()
-        fit = _fitted(self, X, t, p, w, groups)
+        if (self.constraint is None) != (sensitive_features is None):
+            raise OptionError(
+                "sensitive_features is read by constraint= and constraint= needs it: pass both "
+                "(constraint='demographic_parity', fit(X, y, sensitive_features=column)) or neither"
+            )
+        fit = _fitted(self, X, t, p, w, (groups, sensitive_features))
         self.coef_, self.intercept_ = self._shaped(fit.pop("coef"), fit.pop("intercept"))
         for name, value in fit.items():
             setattr(self, name, value)
+        self.constraint_ = None if self.constraint is None else fairness.report(self, X, t, sensitive_features, w)
         return self
+
+    def constraint_report(self, X: Any, y: Any, sensitive_features: Any) -> dict:
+        """The fitted model's ``constraint`` on the data (X, y): the two groups' mean outputs, the gap, the bound
+        and the violation (``constraint_`` holds them on the training data).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sensitive_features : array-like of shape (n_samples,)
+            The sensitive feature's two values.
+
+        Returns
+        -------
+        dict
+        """
+        check_is_fitted(self)
+        if self.constraint is None:
+            raise OptionError("constraint_report needs a model fitted with constraint= (this one has none)")
+        y = np.asarray(y)
+        t = np.where(y == self.classes_[1], 1.0, -1.0) if hasattr(self, "classes_") else y.astype(np.float64)
+        return fairness.report(self, X, t, sensitive_features)
 
     def _fit_options(self) -> dict:
         seed = self.random_state
@@ -208,14 +245,15 @@ class _Classifier(ClassifierMixin, RobustLinearModel):
         return tags
 
 
-def _fitted(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.ndarray, groups: Any) -> dict:
+def _fitted(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.ndarray, labels: tuple) -> dict:
     """Build the problem, solve it and read the fitted attributes off the result."""
-    problem, losses, to_groups, radius, bound = _problem(est, X, t, p, w, groups)
+    groups, sensitive = labels
+    problem, losses, to_groups, radius, bound = _problem(est, X, t, p, w, groups, sensitive)
     result = solve(problem, _method(est, problem), **est._fit_options())
     x = result.x.detach().cpu().numpy().astype(np.float64)
     d = X.shape[1]
     u = losses(x)
-    if est.risk == "wasserstein":  # the adversary moves the points: it keeps their weights
+    if est.risk == "wasserstein" or est.constraint is not None:  # the mean (or the moved points): their weights
         q = np.full(u.size, 1.0 / u.size) if p is None else p
     else:
         q = risk_weights(problem, u if to_groups is None else to_groups @ u)
@@ -236,7 +274,9 @@ def _fitted(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.
     }
 
 
-def _problem(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.ndarray, groups: Any) -> tuple:
+def _problem(
+    est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np.ndarray, groups: Any, sensitive: Any
+) -> tuple:
     """(problem, per-sample losses at a numpy x, the group-mean matrix or None, radius, intercept bound).
 
     The one place the estimators declare their problem: one loss per row (``fc.PerSample``), or the group
@@ -265,6 +305,14 @@ def _problem(est: RobustLinearModel, X: np.ndarray, t: np.ndarray, p: Any, w: np
     def losses(x: torch.Tensor, rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return score_of(rows[0] @ x[:d] + (x[d] if est.fit_intercept else 0.0), rows[1])
 
+    if est.constraint is not None:
+        S = fairness.sides(est.constraint, sensitive, t, w if p is not None else np.ones(n))
+        inner, u, kept = fairness.constrained(
+            est, lambda x: Xt @ x[:d] + (x[d] if est.fit_intercept else 0.0), lambda s: score_of(s, tt), S, w
+        )
+        x0 = torch.zeros(domain.shape, dtype=torch.float64)
+        problem = CompositeProblem(u[0], inner, domain, x0=x0, check_gradient=False, constraints=kept)
+        return problem, lambda x: per_sample(torch.as_tensor(x)).detach().numpy(), None, radius, bound
     # One loss per row: its Jacobian's rows come from per-sample gradients, never an n x n identity.
     inner = group_means if G is not None else PerSample(losses, (Xt, tt))
     u = inner_value(n if G is None else G.shape[0])
@@ -351,6 +399,13 @@ _FIT_DOC = """
         Any other option of the method or of ``fc.solve``.
     verbose : bool, default False
         Show the run's progress bar.
+    constraint : {{"demographic_parity", "equal_opportunity"}}, optional
+        Fit the mean loss (``risk="mean"``) subject to a bound on the gap between the two groups of
+        ``fit(..., sensitive_features=)`` in the mean positive output h (the predicted probability, the hinge
+        score clipped to [0, 1], the prediction): over all rows, or over the positive class's rows.  The
+        GLMO keeps the constraint (``fc.CompositeProblem(constraints=...)``); ``constraint_`` reports it.
+    bound : float, default 0.05
+        The largest gap ``constraint`` allows.
 
     Attributes
     ----------
@@ -371,6 +426,9 @@ _FIT_DOC = """
         Iterations run.
     radius_, intercept_bound_ : float
         The domain's sizes.
+    constraint_ : dict or None
+        With ``constraint``: the two groups' mean outputs, the gap, the bound and the violation on the training
+        data; :meth:`constraint_report` computes them on other data.
     n_features_in_, feature_names_in_ :
         As in scikit-learn.
 """
@@ -464,11 +522,13 @@ class RobustLinearRegression(RegressorMixin, RobustLinearModel):
         checkpoint: Any = None,
         solver_options: dict | None = None,
         verbose: bool = False,
+        constraint: str | None = None,
+        bound: float = 0.05,
     ):
         super().__init__(
             risk, alpha, C=C, penalty=penalty, fit_intercept=fit_intercept, method=method, max_iter=max_iter,
             tol=tol, seconds=seconds, random_state=random_state, checkpoint=checkpoint,
-            solver_options=solver_options, verbose=verbose,
+            solver_options=solver_options, verbose=verbose, constraint=constraint, bound=bound,
         )  # fmt: skip
         self.loss = loss
 
