@@ -85,7 +85,7 @@ class ColumnGenerationGLMO(GLMO):
         n, slots = outer.n, self.pool + 1  # one slot for the newly priced atom
         # A named risk's master comes from its closed forms; the conic master (F's conic form compiled once) is
         # built where it is not one, or on the first master its closed forms leave unsolved.
-        self.closed = ClosedMaster.build(outer)
+        self.closed = ClosedMaster.for_column_generation(outer)
         self._master_built = self.closed is None
         self.master = ConicMaster.build(outer) if self.closed is None else None
         self.atoms: list[Atom | None] = [None] * slots
