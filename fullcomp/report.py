@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from fullcomp.errors import OptionError
+from fullcomp.errors import DataError, OptionError
 from fullcomp.run.history import History
+from fullcomp.run.saved import check_regular
 
 #: history columns of HMSFW's runs: what a summary that does not record its callback's columns is read with
 STANDARD = (
@@ -107,7 +108,12 @@ def _short(exc: BaseException) -> str:
 def read_summary(path: Path) -> dict:
     """A run's summary.json as a dict, or :class:`CorruptRun` saying why it cannot be read."""
     try:
+        check_regular(path)  # a FIFO would block the report: refused unopened
         summary = json.loads(path.read_text())
+    except DataError as exc:
+        raise CorruptRun(_short(exc)) from None
+    except RecursionError:
+        raise CorruptRun(f"{path.name} nests too deeply to parse (a run's summary is a few levels deep)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptRun(f"{path.name} is not readable JSON ({_short(exc)})") from None
     if not isinstance(summary, dict):
@@ -119,7 +125,10 @@ def read_history(path: Path, required: tuple[str, ...] = (), numeric: tuple[str,
     """A run's history.csv with the ``required`` columns, those and the ``numeric`` ones (where present)
     holding numbers; :class:`CorruptRun` saying why not."""
     try:
+        check_regular(path)
         history = History.read_csv(path)
+    except DataError as exc:
+        raise CorruptRun(_short(exc)) from None
     except (OSError, UnicodeDecodeError, csv.Error, ValueError, TypeError) as exc:
         # TypeError: a row with fewer fields than the header (csv fills them with None)
         raise CorruptRun(f"{path.name} is not a readable CSV history ({_short(exc)})") from None

@@ -4,6 +4,7 @@ mistyped options (script options go after --), and scripts that build a fc.DMaxP
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,32 @@ def test_find_runs_reports_skips_through_a_callback(good_run: Path, tmp_path: Pa
     runs = report.find_runs(tmp_path, on_skip=lambda path, reason: skipped.append((path, reason)))
     assert [r.name for r in runs] == ["good"]
     assert [p.name for p, _ in skipped] == ["bad"] and "summary.json" in skipped[0][1]
+
+
+@pytest.mark.parametrize("kind", ["summary-fifo", "history-fifo", "summary-deep"])
+def test_report_skips_a_fifo_or_a_deep_summary_without_hanging(kind: str, good_run: Path, tmp_path: Path) -> None:
+    import threading
+
+    copy_run(good_run, tmp_path / "good")
+    bad = copy_run(good_run, tmp_path / "bad")
+    name = "summary.json" if kind.startswith("summary") else "history.csv"
+    (bad / name).unlink()
+    if kind.endswith("fifo"):
+        os.mkfifo(bad / name)  # reading it would block until a writer came
+    else:
+        (bad / name).write_text("[" * 100_000 + "]" * 100_000)
+    found: dict = {}
+
+    def scan() -> None:
+        found["runs"] = report.find_runs(tmp_path, on_skip=lambda path, reason: found.setdefault("skip", reason))
+
+    worker = threading.Thread(target=scan, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the report hung on the FIFO"
+    assert [r.name for r in found["runs"]] == ["good"]
+    if kind != "history-fifo":  # a folder whose history is no regular file is no run folder: passed over
+        assert name in found["skip"]
 
 
 # ---- fullcomp run --out in a place that cannot be written ----------------------------------------
