@@ -193,8 +193,7 @@ def lower_bound(risk: str, X: np.ndarray, y: np.ndarray, x: np.ndarray, radius: 
     from scipy.special import expit
 
     A = np.hstack([X, np.ones((len(y), 1))])
-    u = fc.inner_value(len(y))
-    F = {"cvar": fc.cvar(u, 0.1), "chi2": fc.chi2_dro(u, 0.5), "kl": fc.kl_dro(u, 0.1)}[risk]
+    F = fullcomp_problem(risk, X, y, radius).outer.expr
     rng = np.random.default_rng(1)
     scale = max(float(np.linalg.norm(x)), 1.0) / np.sqrt(x.size)
     points = [x] + [x + s * scale * rng.standard_normal(x.size) for s in np.logspace(0, -6, cuts - 1)]
