@@ -292,3 +292,5 @@ def test_a_fairness_constraint_refuses_what_it_cannot_fit():
     with pytest.raises(OptionError, match="exactly two values"):
         three = np.arange(60) % 3
         RobustLogisticRegression("mean", constraint="demographic_parity").fit(X, y, sensitive_features=three)
+    with pytest.raises(OptionError, match="positive class"):
+        RobustLinearRegression("mean", constraint="equal_opportunity").fit(X, X[:, 1], sensitive_features=a)

@@ -58,13 +58,22 @@ def sides(constraint: str, sensitive: Any, t: np.ndarray, w: np.ndarray) -> np.n
     return rows
 
 
-def constrained(est: Any, score: Any, losses: Any, S: np.ndarray, w: np.ndarray) -> tuple:
-    """(inner map of u = (mean loss, mean_a h, mean_b h), F, constraints) for ``est``'s fairness constraint."""
+def check(est: Any) -> None:
+    """Refuse what the constraint cannot be fitted with: a robust risk, equal opportunity of a regression."""
+    if est.constraint == "equal_opportunity" and est._y_numeric:
+        raise OptionError(
+            "constraint='equal_opportunity' conditions on the positive class, which a regression has not; use "
+            "constraint='demographic_parity'"
+        )
     if est.risk != "mean":
         raise OptionError(
             f"constraint={est.constraint!r} is fitted with risk='mean' (the mean loss under the constraint); "
             f"risk={est.risk!r} with a constraint is not supported: pass risk='mean'"
         )
+
+
+def constrained(est: Any, score: Any, losses: Any, S: np.ndarray, w: np.ndarray) -> tuple:
+    """(inner map of u = (mean loss, mean_a h, mean_b h), F, constraints) for ``est``'s fairness constraint."""
     mean = torch.as_tensor(w / w.sum())
     sides_t = torch.as_tensor(S)
 

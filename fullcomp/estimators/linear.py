@@ -306,6 +306,7 @@ def _problem(
         return score_of(rows[0] @ x[:d] + (x[d] if est.fit_intercept else 0.0), rows[1])
 
     if est.constraint is not None:
+        fairness.check(est)
         S = fairness.sides(est.constraint, sensitive, t, w if p is not None else np.ones(n))
         inner, u, kept = fairness.constrained(
             est, lambda x: Xt @ x[:d] + (x[d] if est.fit_intercept else 0.0), lambda s: score_of(s, tt), S, w
