@@ -4,8 +4,9 @@ Group DRO (Sagawa et al. 2020, online: exponentiated-gradient group weights, one
 of the weighted batch loss, ``torch.optim.SGD``) against ``fc.optim.HMSFW`` and ``fc.optim.SCFW`` on the
 same group-balanced batches of 4 groups x 32 rows: F = max of the 4 group means, one l2 ball per layer
 (``fc.layer_domains(model, "l2")``, whose GLMO takes the dual route), the closure returning
-``fc.Grouped([group g's losses on its own 32 rows])`` so that the 4 group gradients cost about one
-backward pass of the batch.  The GLMO's share is the time inside the GLMO's ``solve`` over the update's.
+``fc.Grouped(losses, groups, 4)``: the per-row losses of one forward pass over the batch, whose 4 group
+gradients fc.optim takes layer by layer from one backward pass (fullcomp.layerwise).  The GLMO's share is
+the time inside the GLMO's ``solve`` over the update's.
 
 The contenders alternate round by round in one process on one torch thread; ratios are medians of
 per-round ratios.  Networks: the Colored-MNIST CNN (3,641 weights) and an MLP 784-512-512-1 (665,089
@@ -35,10 +36,11 @@ TARGETS = {"cnn": 1.3, "mlp": 1.5}
 GLMO_SHARE = 0.15
 
 
-def by_sub_batch(net: torch.nn.Module, batch: tuple) -> fc.Grouped:
-    """Each group's losses from a forward pass of its own rows: its gradient is a backward pass of 32 rows."""
+def by_rows(net: torch.nn.Module, batch: tuple) -> fc.Grouped:
+    """The batch's per-row losses from one forward pass, with each row's group: through these row-wise layers
+    the 4 group gradients come from one backward pass (fullcomp.layerwise)."""
     X, y, groups = batch
-    return fc.Grouped([row_losses(net, X[groups == g], y[groups == g]) for g in range(GROUPS)])
+    return fc.Grouped(row_losses(net, X, y), groups, GROUPS)
 
 
 class Timed:
@@ -65,9 +67,9 @@ def contenders(template: torch.nn.Module, build: Callable, first: tuple) -> tupl
         net = build()
         net.load_state_dict(template.state_dict())
         opt = optimizer(net.parameters(), outer, domain)
-        opt.step(lambda net=net: by_sub_batch(net, first))
+        opt.step(lambda net=net: by_rows(net, first))
         timers[name] = Timed(opt.stepper.plan.components["glmo"])
-        steps[name] = lambda b, opt=opt, net=net: opt.step(lambda: by_sub_batch(net, b))
+        steps[name] = lambda b, opt=opt, net=net: opt.step(lambda: by_rows(net, b))
     net = build()
     net.load_state_dict(template.state_dict())
     sgd, q = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9), torch.full((GROUPS,), 1.0 / GROUPS)

@@ -157,6 +157,9 @@ def jacobian(
             return jacobian(fn, x, batched)
     point = x.detach().requires_grad_(True)
     out = fn(point)
+    known = _known_jacobian(out, point)
+    if known is not None:
+        return out.detach(), known, batched
     if isinstance(out, Grouped):
         value, jac, batched = grouped_jacobian(out, (point,), batched)
         return value, jac, batched
@@ -178,6 +181,28 @@ def jacobian(
         (row,) = torch.autograd.grad(flat[i], point, retain_graph=i + 1 < n, allow_unused=True)
         rows.append(torch.zeros_like(point) if row is None else row)
     return out.detach(), torch.stack(rows).reshape(n, -1), batched
+
+
+#: The nodes through which an output may reach the point and keep the point's Jacobian: views of it.
+_VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0")
+
+
+def _known_jacobian(out: Any, point: torch.Tensor) -> torch.Tensor | None:
+    """The Jacobian a map computed itself and left on its output's node as ``jacobian`` (``fc.optim``'s
+    closure map takes it with the values), when the node reads the point itself or a view of it: taken as it
+    is, not by a backward pass per row through it."""
+    node = getattr(out, "grad_fn", None)
+    jac = getattr(node, "jacobian", None)
+    if not isinstance(jac, torch.Tensor) or jac.shape != (out.numel(), point.numel()):
+        return None
+    inputs = [n for n, _ in node.next_functions if n is not None]
+    if len(inputs) != 1:
+        return None
+    source = inputs[0]
+    if type(source).__name__ in _VIEWS:
+        nested = [n for n, _ in source.next_functions if n is not None]
+        source = nested[0] if len(nested) == 1 else None
+    return jac if getattr(source, "variable", None) is point else None
 
 
 def _vmapped_rows(out: torch.Tensor, point: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from fullcomp.algorithms.tracked import TrackedReadout
 from fullcomp.autodiff import grouped_jacobian
 from fullcomp.errors import CheckpointError, FullcompError, ModelError, OptionError
 from fullcomp.grouped import Grouped
+from fullcomp.layerwise import LayerGradients
 from fullcomp.model.composite import CompositeProblem, Outer
 from fullcomp.model.fingerprint import set_numbers
 from fullcomp.run.options import SHARED
@@ -49,33 +50,54 @@ class _ClosureMap(torch.autograd.Function):
     """Values of the closure as a function of the flat point v: the point is written into the parameters, the
     closure run, ``pick`` takes the 1-D tensor of values from its output, and their Jacobian is taken by one
     backward pass per value, for the backward pass to hand on.  A closure returning ``fc.Grouped`` gives the
-    group means, their gradients taken by its groups (one pass per group's own sub-batch graph)."""
+    group means, their gradients taken layer by layer from one backward pass (:mod:`fullcomp.layerwise`) where
+    that holds, else by its groups.  The Jacobian is also kept on the output's node as ``jacobian``, where
+    :func:`fullcomp.autodiff.jacobian` takes it as it is instead of a backward pass per row."""
 
     @staticmethod
-    def forward(ctx: Any, v: torch.Tensor, closure: Callable, params: list[torch.Tensor], pick: Callable) -> Any:
+    def forward(ctx: Any, v: torch.Tensor, closure: Callable, layers: LayerGradients, pick: Callable) -> Any:
+        params = layers.params
         _write(params, v)
         with torch.enable_grad():
-            out = closure()
+            if not ctx.needs_input_grad[0]:
+                return pick_values(closure(), pick).detach().to(v.dtype)
+            with layers.capture():
+                out = closure()
             if isinstance(out, Grouped) and pick is _inner_values:  # its groups say which rows each value reads
-                if not ctx.needs_input_grad[0]:
-                    return out.values().detach().to(v.dtype)
-                value, jac, _ = grouped_jacobian(out, tuple(params))
-                ctx.save_for_backward(jac.to(v.dtype))
-                return value.to(v.dtype)
+                try:
+                    jac = layers.jacobian(out, v.dtype)
+                finally:
+                    layers.calls = []  # the captured activations, freed with the graph
+                if jac is None:
+                    value, jac, _ = grouped_jacobian(out, tuple(params))
+                else:
+                    with torch.no_grad():
+                        value = out.values()
+                ctx.jacobian = jac.to(v.dtype)
+                ctx.save_for_backward(ctx.jacobian)
+                return value.detach().to(v.dtype)
+            layers.calls = []
             out = pick(out)
-            if ctx.needs_input_grad[0]:
-                rows = []
-                for i in range(out.numel()):
-                    grads = torch.autograd.grad(out[i], params, retain_graph=i + 1 < out.numel(), allow_unused=True)
-                    flat = [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
-                    rows.append(torch.cat(flat))
-                ctx.save_for_backward(torch.stack(rows).to(v.dtype))
+            rows = []
+            for i in range(out.numel()):
+                grads = torch.autograd.grad(out[i], params, retain_graph=i + 1 < out.numel(), allow_unused=True)
+                flat = [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
+                rows.append(torch.cat(flat))
+            ctx.jacobian = torch.stack(rows).to(v.dtype)
+            ctx.save_for_backward(ctx.jacobian)
         return out.detach().to(v.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
         (jac,) = ctx.saved_tensors
         return grad_out @ jac, None, None, None
+
+
+def pick_values(out: Any, pick: Callable) -> torch.Tensor:
+    """The values ``pick`` takes from a closure's output (a ``fc.Grouped``'s group means for the inner map)."""
+    if isinstance(out, Grouped) and pick is _inner_values:
+        return out.values()
+    return pick(out)
 
 
 def _flat(params: list[torch.Tensor]) -> torch.Tensor:
@@ -578,12 +600,12 @@ class CompositeOptimizer(_SteppedOptimizer):
         domain = self._domain_now()
         if not domain.contains(point.double().cpu().numpy().reshape(domain.shape), tol=1e-6):
             raise OptionError("the parameters are not in the domain; fc.make_feasible(model, domain) puts them there")
-        params, n = self._params, self._outer.n
+        layers, n = LayerGradients(self._params), self._outer.n
 
         def inner(v: torch.Tensor, closure: Callable) -> torch.Tensor:
             if self._building:  # the declaration's probe: the closure's values are checked at every real call
                 return torch.zeros(n, dtype=v.dtype, device=v.device)
-            return _ClosureMap.apply(v, closure, params, _inner_values)
+            return _ClosureMap.apply(v, closure, layers, _inner_values)
 
         problem = CompositeProblem(
             self.outer,
@@ -670,7 +692,7 @@ class SMAG(_SteppedOptimizer):
     def _problem(self, point: torch.Tensor) -> Any:
         from fullcomp.model.dmax import DMaxProblem
 
-        params = self._params
+        layers = LayerGradients(self._params)
 
         def part(which: int) -> Callable:
             def pick(out: Any) -> torch.Tensor:
@@ -680,7 +702,7 @@ class SMAG(_SteppedOptimizer):
             def value(x: torch.Tensor, closure: Callable) -> torch.Tensor:
                 if self._building:  # the declaration's probe: the closure's values are checked at every real call
                     return torch.zeros((), dtype=x.dtype, device=x.device)
-                return _ClosureMap.apply(x, closure, params, pick)[0]
+                return _ClosureMap.apply(x, closure, layers, pick)[0]
 
             return value
 

@@ -226,3 +226,39 @@ def test_closed_form_lmos_of_the_catalog_run_on_cuda_tensors():
     for domain in (fc.CappedSimplex(12, 1.0, cap=0.25), fc.KSparsePolytope(12, 3, 1.0), fc.LpBall(12, 3.0, 1.0)):
         on_gpu = domain.lmo(d)
         assert on_gpu.is_cuda and torch.allclose(on_gpu.cpu(), torch.as_tensor(domain.lmo(d.cpu().numpy())))
+
+
+def test_layer_wise_group_gradients_and_the_dual_glmo_on_cuda_match_the_cpu_run():
+    """fc.optim.HMSFW with per-row fc.Grouped losses through row-wise layers (the Jacobian of fullcomp.layerwise)
+    and one l2 ball per layer (the dual GLMO, on V's device): the CUDA run follows the CPU run."""
+    import copy
+
+    import cvxpy as cp
+
+    import fullcomp as fc
+
+    torch.manual_seed(0)
+    initial = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 3, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 1)
+    ).double()
+    domain = fc.layer_domains(initial, "l2", factor=2.0)
+    fc.make_feasible(initial, domain)
+    X = torch.randn(6, 20, 1, 6, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    y = (torch.rand(6, 20, generator=torch.Generator().manual_seed(2)) < 0.5).double()
+    groups = torch.arange(20) % 3
+    points = {}
+    for device in ("cpu", "cuda"):
+        model = copy.deepcopy(initial).to(device)
+        opt = fc.optim.HMSFW(model.parameters(), cp.max(fc.inner_value(3)), domain)
+        for k in range(6):
+            Xk, yk, gk = X[k].to(device), y[k].to(device), groups.to(device)
+
+            def closure(model=model, Xk=Xk, yk=yk, gk=gk):
+                logits = model(Xk).reshape(-1)
+                losses = torch.nn.functional.binary_cross_entropy_with_logits(logits, yk, reduction="none")
+                return fc.Grouped(losses, gk, 3)
+
+            opt.step(closure)
+        assert opt.stepper.plan.components["glmo"].route == "dual"
+        points[device] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+    assert torch.allclose(points["cuda"], points["cpu"], rtol=0, atol=1e-7)

@@ -201,14 +201,15 @@ def rows_backpropagated(closure, model: torch.nn.Module, m: int) -> int:
     return RowCount.rows
 
 
-def test_one_sub_batch_per_group_costs_one_backward_pass_of_the_batch() -> None:
+def test_grouped_forms_cost_one_backward_pass_of_the_batch() -> None:
     m = 4
     batch_rows = m * PER_GROUP
     per_sub_batch = rows_backpropagated(lambda net, b: grouped(net, b, "parts"), mlp(count=True), m)
     assert per_sub_batch == batch_rows  # each group's pass runs through its own rows only
-    # The same values as one tensor (or per-row losses of one forward pass): m passes over the whole batch.
+    # Per-row losses of one forward pass through row-wise layers: one pass, the groups' gradients taken layer
+    # by layer (fullcomp.layerwise).  The same values as one tensor: m passes over the whole batch.
+    assert rows_backpropagated(lambda net, b: grouped(net, b, "rows"), mlp(count=True), m) == batch_rows
     assert rows_backpropagated(group_means, mlp(count=True), m) == m * batch_rows
-    assert rows_backpropagated(lambda net, b: grouped(net, b, "rows"), mlp(count=True), m) == m * batch_rows
 
 
 def test_the_values_are_the_group_means() -> None:

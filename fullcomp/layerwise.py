@@ -1,0 +1,193 @@
+"""The m group gradients of a network's per-row losses from one backward pass: :class:`LayerGradients`.
+
+For a layer whose weight gradient is a sum over rows (``nn.Linear``, ``nn.Conv1d/2d/3d``), group g's gradient
+is that sum over group g's rows: dW_g = sum over i in g of delta_i a_i^T, with a_i the layer's input and
+delta_i the gradient of sum_g u_g in the layer's output at row i (the seed 1/n_g of row i's group makes it
+u_g's own).  So one forward pass over the batch, one backward pass to the layers' outputs (no weight
+gradients) and one small product per layer and group give the (m, d) Jacobian: the cost of a Group DRO step's
+backward pass, where m backward passes over the batch's graph cost m times it.
+
+It holds only where nothing mixes the rows between the layers and the losses (a batch norm in training mode,
+``x - x.mean(0)``): checked once, at the first batch, by the backward pass of one row's loss, whose gradient
+must vanish in every other row.  A parameter the graph reaches outside a captured layer call (a normalization
+layer's, a weight used directly), an activation changed in place after a layer (``ReLU(inplace=True)``), or a
+layer input whose rows are not the batch's: the caller's own per-group passes are taken instead, and the
+structural ones switch this path off for good.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from fullcomp.grouped import Grouped
+
+#: The layers whose weight gradient is a sum over the rows of their input, with the function giving it from
+#: (input, weight's shape, output gradient) for a convolution.
+CONV = {
+    torch.nn.Conv1d: torch.nn.grad.conv1d_weight,
+    torch.nn.Conv2d: torch.nn.grad.conv2d_weight,
+    torch.nn.Conv3d: torch.nn.grad.conv3d_weight,
+}
+
+
+class _Call:
+    """One captured layer call: the module, its input and output, and the output's autograd node and version
+    when captured (an in-place change afterwards replaces the node: the output is then not the layer's)."""
+
+    __slots__ = ("module", "input", "output", "node", "version")
+
+    def __init__(self, module: torch.nn.Module, inp: torch.Tensor, output: torch.Tensor):
+        self.module, self.input, self.output = module, inp, output
+        self.node, self.version = output.grad_fn, output._version
+
+
+class LayerGradients:
+    """Group gradients layer by layer for the flat parameters ``params`` (their order is the Jacobian's)."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self.params = params
+        self.offsets, at = {}, 0
+        for p in params:
+            self.offsets[id(p)] = (at, p.numel())
+            at += p.numel()
+        self.width = at
+        self.enabled = True
+        self.rows_checked = False
+        self.calls: list[_Call] = []
+
+    @contextmanager
+    def capture(self) -> Iterator[None]:
+        """Record, while the closure runs, every call of a supported layer whose weight is one of the params."""
+        self.calls = []
+        if not self.enabled:
+            yield
+            return
+
+        def hook(module: torch.nn.Module, args: tuple, output: Any) -> None:
+            if type(module) is torch.nn.Linear or type(module) in CONV:
+                weight = module.weight
+                if id(weight) in self.offsets and args and isinstance(args[0], torch.Tensor):
+                    if isinstance(output, torch.Tensor) and output.grad_fn is not None:
+                        self.calls.append(_Call(module, args[0], output))
+
+        handle = torch.nn.modules.module.register_module_forward_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def jacobian(self, out: Grouped, dtype: torch.dtype) -> torch.Tensor | None:
+        """The (m, d) Jacobian of ``out``'s group means, or None where this path does not hold."""
+        if not self.enabled or out.by_sub_batch or not self.calls or not out.losses.requires_grad:
+            return None
+        losses, rows = out.losses, out.losses.shape[0]
+        calls = self.calls
+        if any(c.input.shape[:1] != (rows,) or c.output.shape[:1] != (rows,) for c in calls):
+            return None
+        if any(c.output.grad_fn is not c.node or c.output._version != c.version for c in calls):
+            self.enabled = False  # an in-place change after a layer: the same at every batch
+            return None
+        if not self._covered(losses, calls):
+            self.enabled = False
+            return None
+        outputs = tuple(c.output for c in calls)
+        if not self.rows_checked:
+            if not self._rows_apart(losses, outputs):
+                self.enabled = False
+                return None
+            self.rows_checked = True
+        counts = torch.bincount(out.groups, minlength=out.m)
+        seed = (1.0 / counts.to(losses.dtype))[out.groups]
+        deltas = _grad(losses, outputs, seed, retain=False)
+        order = torch.argsort(out.groups, stable=True)
+        bounds = [0, *torch.cumsum(counts, 0).tolist()]
+        jac = torch.empty(out.m, self.width, dtype=dtype, device=losses.device)
+        written: set[int] = set()
+        with torch.no_grad():
+            for call, delta in zip(calls, deltas):
+                if delta is not None:
+                    self._add(jac, call, call.input[order], delta[order], bounds, written)
+            for p in self.params:
+                if id(p) not in written:
+                    start, size = self.offsets[id(p)]
+                    jac[:, start : start + size].zero_()
+        return jac
+
+    def _add(
+        self, jac: torch.Tensor, call: _Call, a: torch.Tensor, delta: torch.Tensor, bounds: list, written: set
+    ) -> None:
+        """Each group's gradient of the call's weight and bias, written (the layer's first call) or added
+        (a layer called again in the same forward pass) into their columns of ``jac``."""
+        module = call.module
+        linear = type(module) is torch.nn.Linear
+        owned = [p for p in (module.weight, module.bias) if p is not None and id(p) in self.offsets]
+        a, delta = a.to(jac.dtype), delta.to(jac.dtype)
+        if linear:  # rows of the batch times any further dimensions, as F.linear reads them
+            a, delta = a.reshape(a.shape[0], -1, a.shape[-1]), delta.reshape(delta.shape[0], -1, delta.shape[-1])
+        summed = [0, 1] if linear else [0, *range(2, delta.dim())]  # a bias's gradient: the sum of delta
+        for g in range(jac.shape[0]):
+            a_g, d_g = a[bounds[g] : bounds[g + 1]], delta[bounds[g] : bounds[g + 1]]
+            for p in owned:
+                start, size = self.offsets[id(p)]
+                view = jac[g, start : start + size].view(p.shape)
+                target = view if id(p) not in written else torch.empty_like(view)
+                if p is module.bias:
+                    torch.sum(d_g, dim=summed, out=target)
+                elif linear:
+                    torch.mm(d_g.reshape(-1, d_g.shape[-1]).T, a_g.reshape(-1, a_g.shape[-1]), out=target)
+                else:
+                    grad = CONV[type(module)]
+                    target.copy_(grad(a_g, p.shape, d_g, module.stride, module.padding, module.dilation, module.groups))
+                if target is not view:
+                    view.add_(target)
+        written.update(id(p) for p in owned)
+
+    def _covered(self, losses: torch.Tensor, calls: list[_Call]) -> bool:
+        """Whether the losses reach the params only through the captured calls' weights and biases: a walk of
+        the graph that enters each captured call by its input, never its parameters."""
+        at_node = {id(c.node): c for c in calls}
+        params = set(self.offsets)
+        seen, stack = set(), [losses.grad_fn]
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            call = at_node.get(id(node))
+            if call is not None:
+                stack.append(call.input.grad_fn)
+                if call.input.grad_fn is None and id(call.input) in params:
+                    return False
+                continue
+            variable = getattr(node, "variable", None)
+            if variable is not None and id(variable) in params:
+                return False
+            stack.extend(next_node for next_node, _ in node.next_functions)
+        return True
+
+    @staticmethod
+    def _rows_apart(losses: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> bool:
+        """Whether the first row's loss has no gradient in the other rows of any layer's output."""
+        seed = torch.zeros_like(losses)
+        seed[0] = 1.0
+        for delta in _grad(losses, outputs, seed, retain=True):
+            if delta is not None and bool(delta[1:].any()):
+                return False
+        return True
+
+
+def _grad(
+    output: torch.Tensor, inputs: tuple[torch.Tensor, ...], seed: torch.Tensor, retain: bool
+) -> tuple[torch.Tensor | None, ...]:
+    from fullcomp.autodiff import ENGINE
+
+    if ENGINE is None:
+        return torch.autograd.grad(output, inputs, seed, retain_graph=retain, allow_unused=True)
+    return ENGINE((output,), (seed,), retain, False, inputs, True, accumulate_grad=False)
+
+
+__all__ = ["LayerGradients"]
