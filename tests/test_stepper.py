@@ -77,6 +77,90 @@ def test_batches_given_to_step_replace_the_samplers_draws():
     assert not torch.equal(moved.x, solved.x)
 
 
+def _recording(poison: float | None = None):
+    """A composite problem whose map records every batch it is called on (``poison``: it raises on a batch
+    holding that value), and its sampler."""
+    import cvxpy as cp
+
+    A = torch.randn(4, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    seen: list[torch.Tensor] = []
+
+    def inner(x, noise):
+        seen.append(noise)
+        if poison is not None and bool((noise == poison).any()):
+            raise ValueError("a poisoned batch")
+        return torch.nn.functional.softplus(A @ x - 0.5) + noise
+
+    def sampler(gen):
+        return 0.05 * torch.randn(4, generator=gen, dtype=torch.float64)
+
+    problem = fc.CompositeProblem(cp.max(fc.inner_value(4)), inner, fc.L1Ball(10, 2.0), sampler=sampler)
+    return problem, sampler, seen
+
+
+def test_the_stepper_runs_on_the_users_problem_itself():
+    problem = composite()
+    assert fc.Stepper(problem, "hmsfw").problem is problem
+    dmax = minimax()
+    stepper = fc.Stepper(dmax, "smag", gamma=0.5, eta0=0.1, eta1=0.1)
+    assert stepper.problem is dmax
+
+
+@pytest.mark.parametrize(
+    "method, options",
+    [
+        ("hmsfw", {"tracker": "storm"}),  # one draw, two Jacobians on it
+        ("hmsfw", {"tracker": "hessian"}),  # two draws: the sample's and the Hessian's
+        ("linasa-icg", {"icg_steps": 3}),  # two draws: the value's and the Jacobian's
+        ("psg", {}),
+    ],
+)
+def test_a_batch_given_to_step_is_every_draw_of_that_update(method, options):
+    problem, _, seen = _recording()
+    stepper = fc.Stepper(problem, method, seed=0, iters=4, **options)
+    stepper.step()
+    given = torch.full((4,), 0.125, dtype=torch.float64)
+    seen.clear()
+    stepper.step(given)
+    assert seen and all(torch.equal(batch, given) for batch in seen)
+    seen.clear()
+    stepper.step()  # the sampler's draws again
+    assert seen and not any(torch.equal(batch, given) for batch in seen)
+
+
+def test_a_dmax_batch_given_to_step_is_what_phi_sees():
+    seen = []
+
+    def phi(x, y, b):
+        seen.append(b)
+        return ((x - b) ** 2).sum() + y @ x - 0.5 * (y @ y)
+
+    problem = fc.DMaxProblem(
+        phi,
+        x0=torch.zeros(3, dtype=torch.float64),
+        y0=torch.zeros(3, dtype=torch.float64),
+        Y=fc.L2Ball(3, 5.0),
+        sampler=lambda g: 1.0 + 0.1 * torch.randn(3, generator=g, dtype=torch.float64),
+    )
+    stepper = fc.Stepper(problem, "smag", gamma=0.5, eta0=0.1, eta1=0.1)
+    given = torch.full((3,), 2.0, dtype=torch.float64)
+    seen.clear()
+    stepper.step(given)
+    assert seen and all(torch.equal(b, given) for b in seen)
+
+
+def test_after_an_update_that_raised_the_next_step_draws_from_the_sampler():
+    problem, sampler, seen = _recording(poison=99.0)
+    stepper = fc.Stepper(problem, "hmsfw", seed=4)
+    with pytest.raises(Exception, match="poisoned"):
+        stepper.step(torch.full((4,), 99.0, dtype=torch.float64))
+    replay = torch.Generator()
+    replay.set_state(stepper.run.generator.get_state())
+    seen.clear()
+    stepper.step()
+    assert len(seen) == 1 and torch.equal(seen[0], sampler(replay))
+
+
 def test_dmax_batches_and_options_a_stepper_refuses():
     stepper = fc.Stepper(minimax(), "smag", gamma=0.5, eta0=0.1, eta1=0.1)
     row = stepper.step(torch.ones(3, dtype=torch.float64))

@@ -471,3 +471,5 @@ def test_the_tracked_model_names_a_tracker_it_does_not_have():
     for old, new in (("jacobian", "tracker"), ("value", "variant")):
         with pytest.raises(OptionError, match=f"'{old}'.*'{new}'"):
             fc.TrackedModel(problem, "cpu", torch.float64, torch.Generator(), **{old: "polyak"})
+    with pytest.raises(OptionError, match="feed"):  # its batches and its Hessian point from one generator
+        fc.TrackedModel(problem, "cpu", torch.float64, torch.Generator(), feed=fc.run.Feed(torch.Generator()))

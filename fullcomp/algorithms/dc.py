@@ -63,12 +63,12 @@ class DC:
             )
         if problem.separate_samplers:
             raise ModelError(f"{method} draws one batch per step: give the problem one sampler (no psi_sampler)")
-        self.problem, self.method, self.generator = problem, method, run.generator
+        self.problem, self.method = problem, method
         self.oracle = DMaxOracle(problem, run, method)
         self.x0 = self.oracle.start()["x"]
 
     def draw(self) -> Any:
-        return self.oracle.draw(self.generator)[0]
+        return self.oracle.draw()[0]
 
     def row(self, k: int, phi: torch.Tensor, psi: torch.Tensor, moved: torch.Tensor, **columns: Any) -> dict:
         """The row of a step (sampled values, their difference, ``columns``), checked finite with ``moved``."""

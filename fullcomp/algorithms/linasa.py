@@ -58,11 +58,11 @@ class LiNASA:
                 "horizon N (tau = 1/sqrt(N)) is needed and neither horizon= nor iters= gives it (a budget in "
                 "seconds, or a Stepper built without iters=): pass horizon=N"
             )
-        self.generator = run.generator
+        self.feed = run.feed
         self.calculus = OuterCalculus(self.outer)
         self.kind = self.calculus.smoothing(hp["smoothing"])
         # Its samples only: LiNASA tracks its own way.
-        self.model = TrackedModel(problem, run.device, run.dtype, run.generator)
+        self.model = TrackedModel(problem, run.device, run.dtype, run.generator, feed=run.feed)
         self.entries = self.model.entries
         self.beta = hp["beta"]
 
@@ -71,7 +71,7 @@ class LiNASA:
 
     def samples(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """f~(x) and J~(x) from two independent batches (the value needs no Jacobian pass)."""
-        value_batch, jacobian_batch = self.problem.sample(self.generator), self.problem.sample(self.generator)
+        value_batch, jacobian_batch = self.feed.draw(self.problem), self.feed.draw(self.problem)
         value = self.model.value_at(x, value_batch, f"at iteration {k}")
         return value, dense(self.model.sample(x, k, jacobian_batch)[1])
 

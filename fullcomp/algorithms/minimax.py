@@ -48,7 +48,7 @@ class MinMax:
             raise ModelError(
                 f"{method} solves min_x max_y phi(x, y); this problem has psi (a difference of maxima): use fc.smag"
             )
-        self.problem, self.generator = problem, run.generator
+        self.problem = problem
         self.oracle = DMaxOracle(problem, run, method)
         start = self.oracle.start()
         self.x0, self.y0 = start["x"], start["y"]
@@ -58,7 +58,7 @@ class MinMax:
 
         With ``hold_y``, y is a constant of phi and g_y is None."""
         held = ("phi_y",) if hold_y else ()
-        s = self.oracle.gradients(k, self.oracle.draw(self.generator)[0], phi_at=(x, y), held=held)
+        s = self.oracle.gradients(k, self.oracle.draw()[0], phi_at=(x, y), held=held)
         phi, g_norm, _ = self.oracle.check(
             k,
             {

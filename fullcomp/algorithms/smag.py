@@ -230,7 +230,7 @@ def setup(problem: DMaxProblem, hp: dict, run: RunOptions) -> Plan:
     def step(state: SMAGState, k: int) -> tuple[SMAGState, dict]:
         # eta0 and eta1 are read at each step: a stepper's may change between steps, as torch.optim's lr does.
         scale = multiplier(decay, k)
-        new, row = smag_update(state, oracle.draw(run.generator), k, hp["eta0"] * scale, hp["eta1"] * scale)
+        new, row = smag_update(state, oracle.draw(), k, hp["eta0"] * scale, hp["eta1"] * scale)
         if output == "random":
             # Snapshot t-bar = k+1: x_{t-bar-1} with the estimates x_phi, x_psi, y, z it produced.
             pick = replace(new, x=state.x, t=k + 1)

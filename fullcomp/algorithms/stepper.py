@@ -9,7 +9,6 @@ the generator, so that :meth:`Stepper.load_state_dict` can check that it resumes
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -65,8 +64,6 @@ class Stepper:
         run.resume_horizon(horizon)  # None: a schedule that needs the horizon asks for iters=
         if run.x0 is not None:
             problem = problem.with_start(run.x0)
-        self._batch: Any = None
-        problem = self._fed(problem, run.generator)
         self.spec, self.hyperparameters, self.run, self.problem = spec, hp, run, problem
         self.plan = planned(spec, problem, hp, run)
         self.state = self.plan.state
@@ -74,20 +71,8 @@ class Stepper:
         self.rows: list[dict] = []
         self.seconds = 0.0
 
-    def _fed(self, problem: Any, generator: torch.Generator) -> Any:
-        """The problem as the method sees it: the batch given to :meth:`step` in place of the run's draw."""
-        fed = copy.copy(problem)
-        draw = problem.sample
-
-        def sample(gen: torch.Generator) -> Any:
-            if self._batch is None or gen is not generator:  # the run's own draw, or a reference draw elsewhere
-                return draw(gen)
-            return self._batch
-
-        fed.sample = sample
-        return fed
-
-    def _feed(self, batch: Any, psi_batch: Any) -> Any:
+    def _given(self, batch: Any, psi_batch: Any) -> Any:
+        """What the run's feed gives the update: the batch, or (batch, psi_batch) as a DMax problem draws them."""
         problem = self.problem
         if not hasattr(problem, "psi_sampler"):  # a composite problem: one batch
             if psi_batch is not None:
@@ -102,15 +87,14 @@ class Stepper:
         """One update; returns its history row.
 
         ``batch`` replaces the sampler's draw for this update (every draw the update makes, when it makes
-        several); ``None`` draws from the sampler with the run's generator.  ``psi_batch`` is psi's batch of
-        a DMax problem (default: ``batch``, or a draw from ``psi_sampler`` when the problem has one).
+        several: the run's :class:`~fullcomp.run.Feed` gives it); ``None`` draws from the sampler with the
+        run's generator.  ``psi_batch`` is psi's batch of a DMax problem (default: ``batch``, or a draw from
+        ``psi_sampler`` when the problem has one).
         """
-        self._batch = None if batch is None else self._feed(batch, psi_batch)
+        given = None if batch is None else self._given(batch, psi_batch)
         started = time.perf_counter()
-        try:
+        with self.run.feed.given(given):
             self.state, row = self.plan.step(self.state, self.k)
-        finally:
-            self._batch = None
         row = {"k": self.k, "time": self.seconds, **row}
         self.seconds += time.perf_counter() - started
         self.rows.append(row)

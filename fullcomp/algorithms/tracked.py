@@ -56,7 +56,14 @@ def tracked_model(problem: CompositeProblem, hp: dict, run: RunOptions, **option
     """The tracked model a method's options ask for; ``options`` go to :class:`TrackedModel`."""
     point = HESSIAN_POINTS.get(hp["hessian_point"], hp["hessian_point"])
     return TrackedModel(
-        problem, run.device, run.dtype, run.generator, tracker=hp["tracker"], hessian_point=point, **options
+        problem,
+        run.device,
+        run.dtype,
+        run.generator,
+        tracker=hp["tracker"],
+        hessian_point=point,
+        feed=run.feed,
+        **options,
     )
 
 
@@ -75,7 +82,7 @@ def line_search(problem: CompositeProblem, model: TrackedModel, point_at: Callab
     """The step of a warm start's first move (:class:`fullcomp.steps.Halving`) for phi(point_at(t)) on one batch
     (``full_batch`` when there is one); ``point_at(t)`` is in the model's layout."""
     exact = problem.full_batch is not None or not problem.stochastic
-    batch = problem.full_batch if exact else problem.sample(model.generator)
+    batch = problem.full_batch if exact else model.feed.draw(problem)
     outer, shape = problem.outer, problem.domain.shape
 
     def phi(t: float) -> float:

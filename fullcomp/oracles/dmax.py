@@ -68,7 +68,7 @@ class DMaxOracle:
         if not isinstance(problem, DMaxProblem):
             raise ModelError(f"{method} needs a fc.DMaxProblem, got {type(problem).__name__}")
         self.problem, self.method = problem, method
-        self.dtype, self.device, self.seed = run.dtype, run.device, run.seed
+        self.dtype, self.device, self.seed, self.feed = run.dtype, run.device, run.seed, run.feed
         self._k: Any = 0  # the iteration being computed, for messages raised inside the transform
         self._exact: tuple | None = None
         self._reference: tuple | None = None
@@ -96,9 +96,10 @@ class DMaxOracle:
             return moved, moved
         return moved, to_run(psi_batch, self.dtype, self.device)
 
-    def draw(self, generator: torch.Generator) -> tuple[Any, Any]:
-        """One draw of the problem's sampler(s) (``full_batch`` without one), moved to the run."""
-        return self.to_run(*self.problem.sample(generator))
+    def draw(self) -> tuple[Any, Any]:
+        """The run's draw of the problem's sampler(s) (``full_batch`` without one), or the batches a stepper
+        gave this update, moved to the run."""
+        return self.to_run(*self.feed.draw(self.problem))
 
     @property
     def exact(self) -> bool:

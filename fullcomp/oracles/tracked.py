@@ -18,6 +18,7 @@ from fullcomp.oracles.entries import EntryMap
 from fullcomp.oracles.jacobian import InnerOracle
 from fullcomp.oracles.rows import RowBuffers, RowsOracle
 from fullcomp.persample import ALL_ROWS
+from fullcomp.run.feed import Feed
 from fullcomp.serial import encodable
 from fullcomp.trackers import Revision, hessian_contraction, hessian_corrected, polyak, segment_point, storm, taylor
 
@@ -66,6 +67,9 @@ class TrackedModel:
         Where the samples are taken, and in what precision.
     generator : torch.Generator
         The run's generator: every draw (batches, the Hessian tracker's point) comes from it.
+    feed : Feed or None
+        The run's feed (``run.feed``), whose generator is ``generator``: the batches are its draws, so that a
+        batch given to ``fc.Stepper.step`` is every sample of that update.  None: the sampler's draws.
     layout : str
         The point's layout, "dense" or "kept" (see :class:`EntryMap`).
     tracker : str
@@ -103,6 +107,7 @@ class TrackedModel:
         clip: float | None = None,
         hessian_point: tuple[float, float] = (1.0, 1.0),
         exact: bool = False,
+        feed: Feed | None = None,
         **renamed: Any,
     ):
         for old, new in RENAMED.items():
@@ -117,7 +122,10 @@ class TrackedModel:
             raise OptionError(
                 "clip applies to the fresh sampled Jacobian of Clipped SCFW; use it with tracker='polyak'"
             )
+        if feed is not None and feed.generator is not generator:
+            raise OptionError("TrackedModel: feed draws with another generator than generator; pass run.feed")
         self.problem, self.dtype, self.generator = problem, dtype, generator
+        self.feed = Feed(generator) if feed is None else feed
         self.tracker, self.variant, self.clip, self.exact = tracker, variant, clip, exact
         self.hessian_point = hessian_point
         self.entries = EntryMap(problem, device, layout)
@@ -141,8 +149,8 @@ class TrackedModel:
         self._work: torch.Tensor | None = None  # y_k - y_{k-1} of the Taylor step
 
     def batch(self) -> Any:
-        """The batch of one sample: ``full_batch`` for the exact method, else a draw from the run's generator."""
-        return self.problem.full_batch if self.exact else self.problem.sample(self.generator)
+        """The batch of one sample: ``full_batch`` for the exact method, else the feed's draw."""
+        return self.problem.full_batch if self.exact else self.feed.draw(self.problem)
 
     def sample(self, y: torch.Tensor, k: int, batch: Any = None) -> tuple[torch.Tensor, Any]:
         """f~(y) and its Jacobian on the entries read, on ``batch`` (default: a fresh one), clipped.

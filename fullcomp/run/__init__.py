@@ -3,6 +3,7 @@
 from fullcomp.run.budget import Budget, Stopwatch, clock
 from fullcomp.run.checkpoint import Checkpoint
 from fullcomp.run.driver import Loop, drive
+from fullcomp.run.feed import Feed
 from fullcomp.run.history import History, write_atomic
 from fullcomp.run.options import SHARED, RunOptions
 from fullcomp.run.plan import Iterate, Plan, Readout
@@ -13,6 +14,7 @@ __all__ = [
     "Stopwatch",
     "clock",
     "Checkpoint",
+    "Feed",
     "Iterate",
     "Plan",
     "Readout",

@@ -15,6 +15,7 @@ from fullcomp import distributed
 from fullcomp.errors import OptionError
 from fullcomp.run.budget import Budget
 from fullcomp.run.checkpoint import Checkpoint
+from fullcomp.run.feed import Feed
 
 #: name -> meaning; the one table of shared options (docs/algorithm.md shows it, every method accepts it).
 SHARED = {
@@ -42,7 +43,8 @@ SHARED = {
 
 @dataclass
 class RunOptions:
-    """The shared options of one run, validated: budget, generator, device, dtype, start, loop settings."""
+    """The shared options of one run, validated: budget, generator, device, dtype, start, loop settings, and
+    the :class:`Feed` every method draws its batches through (``run.feed.draw(problem)``)."""
 
     budget: Budget
     seed: int
@@ -60,10 +62,13 @@ class RunOptions:
     resolved_horizon: int | None = None
     #: Whether the method read :attr:`horizon`, so that its trajectory depends on it.
     horizon_used: bool = field(default=False, compare=False)
+    #: The run's draws, with :attr:`generator`: the sampler's, or the batch a stepper gives one update.
+    feed: Feed = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.resolved_horizon is None:
             self.resolved_horizon = self.budget.iters
+        self.feed = Feed(self.generator)
 
     @property
     def horizon(self) -> int | None:
