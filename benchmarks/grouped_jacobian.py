@@ -4,8 +4,9 @@ Three ways a closure gives ``fc.optim.HMSFW`` the 4 group losses of a batch of 4
 
 * ``tensor``: one forward pass of the 128 rows, the tensor of the 4 group means (the form without groups):
   4 backward passes, each over the whole batch's graph;
-* ``rows``: the same forward pass, ``fc.Grouped(per_row_losses, groups, 4)``: the same 4 passes (every group
-  mean depends on the shared graph);
+* ``rows``: the same forward pass, ``fc.Grouped(per_row_losses, groups, 4)``: through these row-wise layers
+  one backward pass to the layers' outputs, then each group's weight gradients from its rows
+  (fullcomp.layerwise);
 * ``parts``: ``fc.Grouped([losses of group g's own 32 rows for g in range(4)])``, one forward pass per group:
   4 backward passes, each over its own 32 rows, about one backward pass of the batch.
 
@@ -35,6 +36,7 @@ from network_overhead import cnn  # the Colored-MNIST CNN (2 x 28 x 28 inputs)
 
 import fullcomp as fc
 from fullcomp.autodiff import grouped_jacobian
+from fullcomp.layerwise import LayerGradients
 
 GROUPS, PER_GROUP = 4, 32
 
@@ -70,10 +72,16 @@ def closures(net: torch.nn.Module, batch: tuple) -> dict[str, Callable[[], objec
     }
 
 
-def jacobian_of(out: object, params: tuple) -> torch.Tensor:
-    """The closure's m gradients as fc.optim's closure map takes them (one backward pass per tensor value)."""
+def jacobian_of(closure: Callable[[], object], params: tuple) -> torch.Tensor:
+    """The closure's m gradients as fc.optim's closure map takes them: per-row losses layer by layer from one
+    backward pass (fullcomp.layerwise), one loss per group by its sub-batch's pass, a tensor by one backward
+    pass per value."""
+    layers = LayerGradients(list(params))
+    with layers.capture():
+        out = closure()
     if isinstance(out, fc.Grouped):
-        return grouped_jacobian(out, params)[1]
+        jac = layers.jacobian(out, params[0].dtype)
+        return grouped_jacobian(out, params)[1] if jac is None else jac
     rows = []
     for i in range(out.numel()):
         grads = torch.autograd.grad(out[i], params, retain_graph=i + 1 < out.numel())
@@ -161,7 +169,7 @@ def run(name: str, build: Callable[[], torch.nn.Module], shape: tuple[int, ...],
             net = nets[f"jacobian {form}"]
             params = tuple(net.parameters())
             contenders[f"jacobian {form}"] = lambda b, net=net, params=params, form=form: jacobian_of(
-                closures(net, b)[form](), params
+                closures(net, b)[form], params
             )
             net = nets[f"update {form}"]
             contenders[f"update {form}"] = lambda b, net=net, form=form, opt=opts[form]: opt.step(
@@ -176,16 +184,12 @@ def run(name: str, build: Callable[[], torch.nn.Module], shape: tuple[int, ...],
             for b in data[1:]:
                 step(b)
             times[key].append((time.perf_counter() - start) / steps)
-        ref = jacobian_of(
-            closures(nets["jacobian tensor"], data[0])["tensor"](), tuple(nets["jacobian tensor"].parameters())
-        )
+        net = nets["jacobian tensor"]
+        ref = jacobian_of(closures(net, data[0])["tensor"], tuple(net.parameters()))
         for route in routes.values():
-            net = nets["jacobian tensor"]
             gap = max(gap, float((route(net, data[0], tuple(net.parameters())) - ref).abs().max()))
         for form in ("rows", "parts"):
-            other = jacobian_of(
-                closures(nets["jacobian tensor"], data[0])[form](), tuple(nets["jacobian tensor"].parameters())
-            )
+            other = jacobian_of(closures(net, data[0])[form], tuple(net.parameters()))
             gap = max(gap, float((other - ref).abs().max()))
     size = sum(p.numel() for p in template.parameters())
     print(

@@ -125,7 +125,7 @@ class DualBallGLMO(GLMO):
         c = z - Vy
         if not (np.isfinite(c).all() and all(np.isfinite(G).all() for G in grams)):
             check_finite(z, *(a.detach().cpu().double().numpy() for a in (Vt, yt)))
-        factors = [_factor(G) for G in grams]
+        factors = _factors(grams)
         try:
             v, q, u_solver = self._solve_program(c, factors)
         except SolverError:  # Clarabel alone failed: column generation's master also tries SCS through CVXPY
@@ -275,10 +275,12 @@ class DualBallGLMO(GLMO):
         self._colgen, self._colgen_state = None, state.get("colgen")
 
 
-def _factor(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(eigenvalues clipped at 0, eigenvectors) of a symmetric PSD G: L = E diag(sqrt(lam)) has L L^T = G."""
-    lam, E = np.linalg.eigh(0.5 * (G + G.T))
-    return np.clip(lam, 0.0, None), E
+def _factors(grams: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(eigenvalues clipped at 0, eigenvectors) of each symmetric PSD G: L = E diag(sqrt(lam)) has L L^T = G.
+    One batched call for all the blocks (a call a block cost 40 us each at 6 blocks)."""
+    G = np.stack(grams)
+    lam, E = np.linalg.eigh(0.5 * (G + G.transpose(0, 2, 1)))
+    return list(zip(np.clip(lam, 0.0, None), E))
 
 
 def _as_tensor(a: Any) -> torch.Tensor:
