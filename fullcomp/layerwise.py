@@ -68,7 +68,7 @@ class LayerGradients:
             return
 
         def hook(module: torch.nn.Module, args: tuple, output: Any) -> None:
-            if type(module) is torch.nn.Linear or type(module) in CONV:
+            if type(module) is torch.nn.Linear or (type(module) in CONV and _plain_padding(module)):
                 weight = module.weight
                 if id(weight) in self.offsets and args and isinstance(args[0], torch.Tensor):
                     if isinstance(output, torch.Tensor) and output.grad_fn is not None:
@@ -178,6 +178,13 @@ class LayerGradients:
             if delta is not None and bool(delta[1:].any()):
                 return False
         return True
+
+
+def _plain_padding(conv: torch.nn.Module) -> bool:
+    """Whether the convolution pads its input with zeros by numbers, as its weight-gradient function does: a
+    "reflect" mode pads the input before the call, and "same" is a string that function does not take (such a
+    layer is not captured, so its weight counts as reached outside the captured calls)."""
+    return conv.padding_mode == "zeros" and not isinstance(conv.padding, str)
 
 
 def _grad(

@@ -115,8 +115,16 @@ def test_a_parameter_outside_the_layers_takes_the_caller_path():
     [
         lambda: torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.BatchNorm1d(5), torch.nn.Linear(5, 1)),
         lambda: torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(inplace=True), torch.nn.Linear(5, 1)),
+        lambda: torch.nn.Sequential(
+            torch.nn.Unflatten(1, (1, 4)), torch.nn.Conv1d(1, 2, 3, padding=1, padding_mode="reflect"),
+            torch.nn.Flatten(), torch.nn.Linear(8, 1),
+        ),
+        lambda: torch.nn.Sequential(
+            torch.nn.Unflatten(1, (1, 4)), torch.nn.Conv1d(1, 2, 3, padding="same"), torch.nn.Flatten(),
+            torch.nn.Linear(8, 1),
+        ),
     ],
-    ids=["batch-norm", "in-place-relu"],
+    ids=["batch-norm", "in-place-relu", "reflect-padding", "same-padding"],
 )
 def test_layers_it_cannot_read_row_by_row_take_the_caller_path(mixing):
     torch.manual_seed(0)
