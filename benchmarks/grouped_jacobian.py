@@ -81,7 +81,7 @@ def jacobian_of(closure: Callable[[], object], params: tuple) -> torch.Tensor:
         out = closure()
     if isinstance(out, fc.Grouped):
         jac = layers.jacobian(out, params[0].dtype)
-        return grouped_jacobian(out, params)[1] if jac is None else jac
+        return grouped_jacobian(out, params)[1] if jac is None else jac.dense()
     rows = []
     for i in range(out.numel()):
         grads = torch.autograd.grad(out[i], params, retain_graph=i + 1 < out.numel())

@@ -64,9 +64,31 @@ def check_inner_output(out: Any, n: int, where: str) -> torch.Tensor:
     return out
 
 
+class LazyJacobian:
+    """A sampled (n, width) Jacobian held in a cheaper form than its dense array: what the trackers take as
+    such.  ``dense()`` writes the array; ``blend(previous, weight, out)`` writes (1 - weight) previous +
+    weight J into ``out`` (not ``previous``) without the dense J; ``norm()``, ``finite()`` and ``* factor``
+    are the array's."""
+
+    shape: tuple[int, int]
+    dtype: torch.dtype
+
+    def dense(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def blend(self, previous: torch.Tensor, weight: float, out: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def norm(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def finite(self) -> bool:
+        raise NotImplementedError
+
+
 @encodable
 @dataclass
-class BatchJacobian:
+class BatchJacobian(LazyJacobian):
     """A sampled Jacobian that vanishes off the entries its batch touched: ``values`` (n, t) at the distinct,
     sorted ``columns`` (t,) of an (n, width) matrix.
 
@@ -89,15 +111,26 @@ class BatchJacobian:
     def __mul__(self, factor: Any) -> BatchJacobian:
         return BatchJacobian(self.columns, self.values * factor, self.width)
 
+    def finite(self) -> bool:
+        return all_finite(self.values)
+
+    @property
+    def shape(self) -> tuple[int, int]:  # type: ignore[override]
+        return (self.values.shape[0], self.width)
+
+    @property
+    def dtype(self) -> torch.dtype:  # type: ignore[override]
+        return self.values.dtype
+
     def blend(self, previous: torch.Tensor, weight: float, out: torch.Tensor) -> torch.Tensor:
         """(1 - weight) previous + weight self, written into ``out`` (not ``previous``: states are not modified)."""
         torch.mul(previous, 1.0 - weight, out=out)
         return out.index_add_(1, self.columns, self.values, alpha=weight)
 
 
-def dense(jacobian: torch.Tensor | BatchJacobian) -> torch.Tensor:
+def dense(jacobian: torch.Tensor | LazyJacobian) -> torch.Tensor:
     """The (n, width) array of a sampled Jacobian, dense or not."""
-    return jacobian.dense() if isinstance(jacobian, BatchJacobian) else jacobian
+    return jacobian.dense() if isinstance(jacobian, LazyJacobian) else jacobian
 
 
 def check_touched(index: Any, width: int, where: str) -> torch.Tensor:
@@ -187,13 +220,13 @@ def jacobian(
 _VIEWS = ("ViewBackward0", "ReshapeAliasBackward0", "UnsafeViewBackward0")
 
 
-def _known_jacobian(out: Any, point: torch.Tensor) -> torch.Tensor | None:
+def _known_jacobian(out: Any, point: torch.Tensor) -> torch.Tensor | LazyJacobian | None:
     """The Jacobian a map computed itself and left on its output's node as ``jacobian`` (``fc.optim``'s
     closure map takes it with the values), when the node reads the point itself or a view of it: taken as it
     is, not by a backward pass per row through it."""
     node = getattr(out, "grad_fn", None)
     jac = getattr(node, "jacobian", None)
-    if not isinstance(jac, torch.Tensor) or jac.shape != (out.numel(), point.numel()):
+    if not isinstance(jac, (torch.Tensor, LazyJacobian)) or tuple(jac.shape) != (out.numel(), point.numel()):
         return None
     inputs = [n for n, _ in node.next_functions if n is not None]
     if len(inputs) != 1:

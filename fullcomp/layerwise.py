@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from fullcomp.autodiff import ENGINE, LazyJacobian, all_finite
 from fullcomp.grouped import Grouped
 
 #: The layers whose weight gradient is a sum over the rows of their input, with the function giving it from
@@ -80,8 +81,9 @@ class LayerGradients:
         finally:
             handle.remove()
 
-    def jacobian(self, out: Grouped, dtype: torch.dtype) -> torch.Tensor | None:
-        """The (m, d) Jacobian of ``out``'s group means, or None where this path does not hold."""
+    def jacobian(self, out: Grouped, dtype: torch.dtype) -> LayerJacobian | None:
+        """The (m, d) Jacobian of ``out``'s group means, as its layers' factors, or None where this path does
+        not hold."""
         if not self.enabled or out.by_sub_batch or not self.calls or not out.losses.requires_grad:
             return None
         losses, rows = out.losses, out.losses.shape[0]
@@ -103,48 +105,16 @@ class LayerGradients:
         counts = torch.bincount(out.groups, minlength=out.m)
         seed = (1.0 / counts.to(losses.dtype))[out.groups]
         deltas = _grad(losses, outputs, seed, retain=False)
-        order = torch.argsort(out.groups, stable=True)
         bounds = [0, *torch.cumsum(counts, 0).tolist()]
-        jac = torch.empty(out.m, self.width, dtype=dtype, device=losses.device)
-        written: set[int] = set()
-        with torch.no_grad():
-            for call, delta in zip(calls, deltas):
-                if delta is not None:
-                    self._add(jac, call, call.input[order], delta[order], bounds, written)
-            for p in self.params:
-                if id(p) not in written:
-                    start, size = self.offsets[id(p)]
-                    jac[:, start : start + size].zero_()
-        return jac
-
-    def _add(
-        self, jac: torch.Tensor, call: _Call, a: torch.Tensor, delta: torch.Tensor, bounds: list, written: set
-    ) -> None:
-        """Each group's gradient of the call's weight and bias, written (the layer's first call) or added
-        (a layer called again in the same forward pass) into their columns of ``jac``."""
-        module = call.module
-        linear = type(module) is torch.nn.Linear
-        owned = [p for p in (module.weight, module.bias) if p is not None and id(p) in self.offsets]
-        a, delta = a.to(jac.dtype), delta.to(jac.dtype)
-        if linear:  # rows of the batch times any further dimensions, as F.linear reads them
-            a, delta = a.reshape(a.shape[0], -1, a.shape[-1]), delta.reshape(delta.shape[0], -1, delta.shape[-1])
-        summed = [0, 1] if linear else [0, *range(2, delta.dim())]  # a bias's gradient: the sum of delta
-        for g in range(jac.shape[0]):
-            a_g, d_g = a[bounds[g] : bounds[g + 1]], delta[bounds[g] : bounds[g + 1]]
-            for p in owned:
-                start, size = self.offsets[id(p)]
-                view = jac[g, start : start + size].view(p.shape)
-                target = view if id(p) not in written else torch.empty_like(view)
-                if p is module.bias:
-                    torch.sum(d_g, dim=summed, out=target)
-                elif linear:
-                    torch.mm(d_g.reshape(-1, d_g.shape[-1]).T, a_g.reshape(-1, a_g.shape[-1]), out=target)
-                else:
-                    grad = CONV[type(module)]
-                    target.copy_(grad(a_g, p.shape, d_g, module.stride, module.padding, module.dilation, module.groups))
-                if target is not view:
-                    view.add_(target)
-        written.update(id(p) for p in owned)
+        groups = out.groups
+        order = None if bool((groups[1:] >= groups[:-1]).all()) else torch.argsort(groups, stable=True)
+        with torch.no_grad():  # each group's rows together: a slice of the batch (a copy only if unsorted)
+            parts = [
+                (call, *((t if order is None else t[order]).to(dtype) for t in (call.input, delta)))
+                for call, delta in zip(calls, deltas)
+                if delta is not None
+            ]
+        return LayerJacobian(self, parts, bounds, dtype)
 
     def _covered(self, losses: torch.Tensor, calls: list[_Call]) -> bool:
         """Whether the losses reach the params only through the captured calls' weights and biases: a walk of
@@ -180,6 +150,91 @@ class LayerGradients:
         return True
 
 
+class LayerJacobian(LazyJacobian):
+    """The (m, d) Jacobian of the group means held as its layers' factors (each call's input and output
+    gradient, rows in group order): ``dense()`` writes it out, and ``blend`` writes the Polyak tracker's
+    (1 - w) V + w J straight from the factors, one product per layer and group reading V's columns and writing
+    the new tracker's, instead of writing J and then making a pass over both."""
+
+    def __init__(self, layers: LayerGradients, parts: list[tuple], bounds: list[int], dtype: torch.dtype):
+        self.layers, self.parts, self.bounds = layers, parts, bounds
+        self.m = len(bounds) - 1
+        self.shape = (self.m, layers.width)
+        self.dtype = dtype
+        self.device = layers.params[0].device
+
+    def dense(self) -> torch.Tensor:
+        out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        return self._write(out, None, 1.0)
+
+    def blend(self, previous: torch.Tensor, weight: float, out: torch.Tensor) -> torch.Tensor:
+        """(1 - weight) previous + weight J into ``out`` (a buffer other than ``previous``)."""
+        return self._write(out, previous, weight)
+
+    def norm(self) -> torch.Tensor:
+        return torch.linalg.norm(self.dense())
+
+    def __mul__(self, factor: Any) -> torch.Tensor:
+        return self.dense() * factor
+
+    def finite(self) -> bool:
+        """Whether the factors are finite (J's entries are their products: an overflow there shows in V's
+        Gram matrices, which the GLMO checks)."""
+        return all_finite(*(t for _, a, delta in self.parts for t in (a, delta)))
+
+    def to(self, dtype: torch.dtype) -> LazyJacobian | torch.Tensor:
+        return self if dtype == self.dtype else self.dense().to(dtype)
+
+    @torch.no_grad()
+    def _write(self, out: torch.Tensor, previous: torch.Tensor | None, weight: float) -> torch.Tensor:
+        """Each group's gradient of each captured layer's weight and bias into their columns of ``out``, blended
+        with ``previous`` (None: weight is 1); a layer called again in the same forward pass adds its share."""
+        offsets, written = self.layers.offsets, set()
+        for call, a, delta in self.parts:
+            module = call.module
+            linear = type(module) is torch.nn.Linear
+            owned = [p for p in (module.weight, module.bias) if p is not None and id(p) in offsets]
+            if linear:  # rows of the batch times any further dimensions, as F.linear reads them
+                a, delta = a.reshape(a.shape[0], -1, a.shape[-1]), delta.reshape(delta.shape[0], -1, delta.shape[-1])
+            summed = [0, 1] if linear else [0, *range(2, delta.dim())]  # a bias's gradient: the sum of delta
+            for g in range(self.m):
+                a_g, d_g = a[self.bounds[g] : self.bounds[g + 1]], delta[self.bounds[g] : self.bounds[g + 1]]
+                for p in owned:
+                    start, size = offsets[id(p)]
+                    view = out[g, start : start + size].view(p.shape)
+                    first = id(p) not in written
+                    before = previous[g, start : start + size].view(p.shape) if previous is not None and first else None
+                    if linear and p is module.weight:
+                        left, right = d_g.reshape(-1, d_g.shape[-1]).T, a_g.reshape(-1, a_g.shape[-1])
+                        if not first:
+                            view.addmm_(left, right, alpha=weight)
+                        elif before is None:
+                            torch.mm(left, right, out=view)
+                        else:
+                            torch.addmm(before, left, right, beta=1.0 - weight, alpha=weight, out=view)
+                        continue
+                    if p is module.bias:
+                        grad = d_g.sum(summed)
+                    else:
+                        conv = CONV[type(module)]
+                        grad = conv(a_g, p.shape, d_g, module.stride, module.padding, module.dilation, module.groups)
+                    if not first:
+                        view.add_(grad, alpha=weight)
+                    elif before is None:
+                        view.copy_(grad)
+                    else:
+                        torch.lerp(before, grad, weight, out=view)
+            written.update(id(p) for p in owned)
+        for p in self.layers.params:  # reached by no captured call: a zero gradient
+            if id(p) not in written:
+                start, size = offsets[id(p)]
+                if previous is None:
+                    out[:, start : start + size].zero_()
+                else:
+                    torch.mul(previous[:, start : start + size], 1.0 - weight, out=out[:, start : start + size])
+        return out
+
+
 def _plain_padding(conv: torch.nn.Module) -> bool:
     """Whether the convolution pads its input with zeros by numbers, as its weight-gradient function does: a
     "reflect" mode pads the input before the call, and "same" is a string that function does not take (such a
@@ -190,11 +245,9 @@ def _plain_padding(conv: torch.nn.Module) -> bool:
 def _grad(
     output: torch.Tensor, inputs: tuple[torch.Tensor, ...], seed: torch.Tensor, retain: bool
 ) -> tuple[torch.Tensor | None, ...]:
-    from fullcomp.autodiff import ENGINE
-
     if ENGINE is None:
         return torch.autograd.grad(output, inputs, seed, retain_graph=retain, allow_unused=True)
     return ENGINE((output,), (seed,), retain, False, inputs, True, accumulate_grad=False)
 
 
-__all__ = ["LayerGradients"]
+__all__ = ["LayerGradients", "LayerJacobian"]

@@ -24,7 +24,7 @@ import torch
 from fullcomp.algorithms.method import check_renamed, get
 from fullcomp.algorithms.stepper import Stepper
 from fullcomp.algorithms.tracked import TrackedReadout
-from fullcomp.autodiff import grouped_jacobian
+from fullcomp.autodiff import dense, grouped_jacobian
 from fullcomp.errors import CheckpointError, FullcompError, ModelError, OptionError
 from fullcomp.grouped import Grouped
 from fullcomp.layerwise import LayerGradients
@@ -74,7 +74,6 @@ class _ClosureMap(torch.autograd.Function):
                     with torch.no_grad():
                         value = out.values()
                 ctx.jacobian = jac.to(v.dtype)
-                ctx.save_for_backward(ctx.jacobian)
                 return value.detach().to(v.dtype)
             layers.calls = []
             out = pick(out)
@@ -84,13 +83,11 @@ class _ClosureMap(torch.autograd.Function):
                 flat = [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]
                 rows.append(torch.cat(flat))
             ctx.jacobian = torch.stack(rows).to(v.dtype)
-            ctx.save_for_backward(ctx.jacobian)
         return out.detach().to(v.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
-        (jac,) = ctx.saved_tensors
-        return grad_out @ jac, None, None, None
+        return grad_out @ dense(ctx.jacobian), None, None, None
 
 
 def pick_values(out: Any, pick: Callable) -> torch.Tensor:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.func import jacrev, jvp
 
-from fullcomp.autodiff import BatchJacobian
+from fullcomp.autodiff import BatchJacobian, LazyJacobian
 from fullcomp.serial import encodable
 
 
@@ -39,7 +39,7 @@ class Revision:
 
 
 def polyak(
-    previous: torch.Tensor, sample: torch.Tensor | BatchJacobian, weight: float, out: torch.Tensor | None = None
+    previous: torch.Tensor, sample: torch.Tensor | LazyJacobian, weight: float, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Polyak momentum (1 - w) previous + w sample.
 
@@ -47,11 +47,12 @@ def polyak(
     tracker z_k (weight rho_k).  ``out=sample`` overwrites a sample the caller
     owns: at 7 x 800,000 a fresh result cost 8 times the update (page faults).
     A :class:`BatchJacobian` sample needs ``out``, a buffer other than ``previous``
-    (work on its columns only, after one scaling pass).
+    (work on its columns only, after one scaling pass); so does any other
+    :class:`~fullcomp.autodiff.LazyJacobian` (fc.optim's layer factors).
     Weight 1 (the deterministic and vanilla schedules) returns the sample itself,
     the same bits as the lerp.
     """
-    if isinstance(sample, BatchJacobian):
+    if isinstance(sample, LazyJacobian):
         return sample.blend(previous, weight, out)
     if weight == 1:
         return sample if out is None or out is sample else out.copy_(sample)

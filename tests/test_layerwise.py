@@ -86,16 +86,26 @@ NETWORKS = {
 }
 
 
+@pytest.mark.parametrize("order", ["shuffled", "sorted"])
 @pytest.mark.parametrize("name", sorted(NETWORKS))
-def test_group_gradients_match_each_groups_own(name):
+def test_group_gradients_match_each_groups_own(name, order):
     torch.manual_seed(0)
     build, shape = NETWORKS[name]
     net = build().double()
     X = torch.randn(17, *shape, dtype=torch.float64)
     groups = groups_of(17)
+    if order == "sorted":  # each group's rows already together: read in place
+        groups = groups.sort().values
     jac, layers, losses, params = layerwise(net, flat_losses, X, groups)
     assert jac is not None and layers.enabled
-    torch.testing.assert_close(jac, reference(losses, groups, params), rtol=1e-10, atol=1e-12)
+    want = reference(losses, groups, params)
+    torch.testing.assert_close(jac.dense(), want, rtol=1e-10, atol=1e-12)
+    # The Polyak tracker's blend, written from the factors into another buffer: (1 - w) V + w J.
+    previous = torch.randn(want.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    out = torch.full_like(previous, float("nan"))
+    assert jac.blend(previous, 0.3, out) is out
+    torch.testing.assert_close(out, torch.lerp(previous, want, 0.3), rtol=1e-10, atol=1e-12)
+    assert jac.finite() and jac.shape == tuple(want.shape)
 
 
 def test_a_parameter_outside_the_layers_takes_the_caller_path():

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fullcomp import distributed
-from fullcomp.autodiff import BatchJacobian, check_inner_output, gradient
+from fullcomp.autodiff import LazyJacobian, check_inner_output, gradient
 from fullcomp.errors import OptionError
 
 LAYOUTS = ("dense", "kept")
@@ -65,9 +65,9 @@ class EntryMap:
         """V step: the model's change of f along a step of the point."""
         return self.total(V @ self.read(step))
 
-    def norm(self, M: torch.Tensor | BatchJacobian) -> torch.Tensor:
+    def norm(self, M: torch.Tensor | LazyJacobian) -> torch.Tensor:
         """The Frobenius norm of a matrix on the read entries (a Jacobian), over every rank's entries."""
-        norm = M.norm() if isinstance(M, BatchJacobian) else torch.linalg.norm(M)
+        norm = M.norm() if isinstance(M, LazyJacobian) else torch.linalg.norm(M)
         return self.total(norm**2).sqrt() if self.sharded else norm
 
     def gram(self, V: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from fullcomp.autodiff import (
     OUT_OF_MEMORY,
     ROWS_BY_BACKWARD,
     BatchJacobian,
+    LazyJacobian,
     all_finite,
     check_inner_output,
     check_touched,
@@ -110,12 +111,17 @@ class InnerOracle:
                 "function of x returning a tensor of shape (n,) (no .item(), numpy or in-place ops on x)"
             ) from exc
         # The detailed checks run only when something is off.
-        if not (value.shape == (self.n,) and all_finite(value, jac)):
+        lazy = isinstance(jac, LazyJacobian)  # fc.optim's layer-by-layer Jacobian, in its factors
+        if not (value.shape == (self.n,) and (all_finite(value) and jac.finite() if lazy else all_finite(value, jac))):
             where = f"at iteration {k}"
             check_inner_output(value, self.n, where)
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
         if value.dtype != self.dtype or jac.dtype != self.dtype:
             value, jac = value.to(self.dtype), jac.to(self.dtype)
+        if isinstance(jac, LazyJacobian):
+            if not self._parallel:
+                return value, jac
+            jac = jac.dense()
         jac = jac.reshape(self.n, -1)
         if self.touches is not None:  # repeated positions add up in their column
             sums = jac.new_zeros(self.n, columns.numel()).index_add_(1, inverse, jac)

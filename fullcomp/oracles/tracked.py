@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from fullcomp.autodiff import BatchJacobian, dense
+from fullcomp.autodiff import BatchJacobian, LazyJacobian, dense
 from fullcomp.errors import OptionError, OracleError
 from fullcomp.oracles.entries import EntryMap
 from fullcomp.oracles.jacobian import InnerOracle
@@ -211,6 +211,8 @@ class TrackedModel:
             if isinstance(jac, BatchJacobian):  # on the sampled columns only, into the spare buffer
                 revision = Revision(k, state.revision.tag, 1 - beta, beta, jac)
                 return value, polyak(V, jac, beta, out=self._buffer(V)), revision
+            if isinstance(jac, LazyJacobian):  # blended from its factors into the spare buffer
+                return value, polyak(V, jac, beta, out=self._buffer(V)), Revision(k)
             return value, polyak(V, jac, beta, out=jac), Revision(k)  # jac is this step's own
         # The point's draw and the extra batch both come from the run's generator.
         generator = self.generator
