@@ -110,7 +110,7 @@ class LayerGradients:
         order = None if bool((groups[1:] >= groups[:-1]).all()) else torch.argsort(groups, stable=True)
         with torch.no_grad():  # each group's rows together: a slice of the batch (a copy only if unsorted)
             parts = [
-                (call, *((t if order is None else t[order]).to(dtype) for t in (call.input, delta)))
+                (call, *((t if order is None else t[order]).detach().to(dtype) for t in (call.input, delta)))
                 for call, delta in zip(calls, deltas)
                 if delta is not None
             ]
