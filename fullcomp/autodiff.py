@@ -17,7 +17,7 @@ import inspect
 import math
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +149,22 @@ def check_touched(index: Any, width: int, where: str) -> torch.Tensor:
 
 #: How torch's allocators word running out of memory (CPU, CUDA, MPS).
 OUT_OF_MEMORY = re.compile(r"out of memory|not enough memory|failed to allocate|can't allocate", re.IGNORECASE)
+
+
+def graph_nodes(root: Any, inputs_of: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+    """The autograd nodes reachable from ``root`` (a ``grad_fn``), each once, without a backward pass.
+
+    ``inputs_of(node)``, when it returns something other than None, gives the nodes to walk on from
+    ``node`` instead of its own inputs (a layer call entered by its input, not its weights)."""
+    seen, stack = set(), [root]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        instead = None if inputs_of is None else inputs_of(node)
+        stack.extend(instead if instead is not None else (n for n, _ in node.next_functions))
 
 
 #: Up to this many outputs the Jacobian's rows come from plain backward passes, one after the other: for one

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fullcomp.autodiff import ENGINE, LazyJacobian, all_finite
+from fullcomp.autodiff import ENGINE, LazyJacobian, all_finite, graph_nodes
 from fullcomp.grouped import Grouped
 
 #: The layers whose weight gradient is a sum over the rows of their input, with the function giving it from
@@ -120,24 +120,16 @@ class LayerGradients:
         """Whether the losses reach the params only through the captured calls' weights and biases: a walk of
         the graph that enters each captured call by its input, never its parameters."""
         at_node = {id(c.node): c for c in calls}
-        params = set(self.offsets)
-        seen, stack = set(), [losses.grad_fn]
-        while stack:
-            node = stack.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
+
+        def inputs_of(node: Any) -> list | None:
             call = at_node.get(id(node))
-            if call is not None:
-                stack.append(call.input.grad_fn)
-                if call.input.grad_fn is None and id(call.input) in params:
-                    return False
-                continue
-            variable = getattr(node, "variable", None)
-            if variable is not None and id(variable) in params:
-                return False
-            stack.extend(next_node for next_node, _ in node.next_functions)
-        return True
+            return None if call is None else [call.input.grad_fn]
+
+        params = set(self.offsets)
+        if any(id(c.input) in params for c in calls):  # a parameter fed to a layer as its input
+            return False
+        nodes = graph_nodes(losses.grad_fn, inputs_of)
+        return not any(id(getattr(node, "variable", None)) in params for node in nodes)
 
     @staticmethod
     def _rows_apart(losses: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> bool:

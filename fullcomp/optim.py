@@ -24,7 +24,7 @@ import torch
 from fullcomp.algorithms.method import check_renamed, get
 from fullcomp.algorithms.stepper import Stepper
 from fullcomp.algorithms.tracked import TrackedReadout
-from fullcomp.autodiff import dense, grouped_jacobian
+from fullcomp.autodiff import dense, graph_nodes, grouped_jacobian
 from fullcomp.errors import CheckpointError, FullcompError, ModelError, OptionError
 from fullcomp.grouped import Grouped
 from fullcomp.layerwise import LayerGradients
@@ -106,17 +106,8 @@ def _reaches(tensor: torch.Tensor, params: list[torch.Tensor]) -> bool:
     targets = {id(p) for p in params}
     if tensor.grad_fn is None:
         return id(tensor) in targets
-    seen, stack = set(), [tensor.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        variable = getattr(fn, "variable", None)  # an AccumulateGrad node: a leaf tensor
-        if variable is not None and id(variable) in targets:
-            return True
-        stack.extend(next_fn for next_fn, _ in fn.next_functions)
-    return False
+    # An AccumulateGrad node holds its leaf tensor as ``variable``.
+    return any(id(getattr(node, "variable", None)) in targets for node in graph_nodes(tensor.grad_fn))
 
 
 def _same(a: Any, b: Any) -> bool:
