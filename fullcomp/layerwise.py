@@ -149,8 +149,10 @@ class LayerJacobian(LazyJacobian):
     the new tracker's, instead of writing J and then making a pass over both."""
 
     def __init__(self, layers: LayerGradients, parts: list[tuple], bounds: list[int], dtype: torch.dtype):
-        self.layers, self.parts, self.bounds = layers, parts, bounds
+        self.layers, self.parts = layers, parts
         self.m = len(bounds) - 1
+        self.slices = [slice(bounds[g], bounds[g + 1]) for g in range(self.m)]
+        self.equal = len({bounds[g + 1] - bounds[g] for g in range(self.m)}) == 1
         self.shape = (self.m, layers.width)
         self.dtype = dtype
         self.device = layers.params[0].device
@@ -185,38 +187,28 @@ class LayerJacobian(LazyJacobian):
         for call, a, delta in self.parts:
             module = call.module
             linear = type(module) is torch.nn.Linear
-            owned = [p for p in (module.weight, module.bias) if p is not None and id(p) in offsets]
             if linear:  # rows of the batch times any further dimensions, as F.linear reads them
                 a, delta = a.reshape(a.shape[0], -1, a.shape[-1]), delta.reshape(delta.shape[0], -1, delta.shape[-1])
-            summed = [0, 1] if linear else [0, *range(2, delta.dim())]  # a bias's gradient: the sum of delta
-            for g in range(self.m):
-                a_g, d_g = a[self.bounds[g] : self.bounds[g + 1]], delta[self.bounds[g] : self.bounds[g + 1]]
-                for p in owned:
-                    start, size = offsets[id(p)]
-                    view = out[g, start : start + size].view(p.shape)
-                    first = id(p) not in written
-                    before = previous[g, start : start + size].view(p.shape) if previous is not None and first else None
-                    if linear and p is module.weight:
-                        left, right = d_g.reshape(-1, d_g.shape[-1]).T, a_g.reshape(-1, a_g.shape[-1])
-                        if not first:
-                            view.addmm_(left, right, alpha=weight)
-                        elif before is None:
-                            torch.mm(left, right, out=view)
-                        else:
-                            torch.addmm(before, left, right, beta=1.0 - weight, alpha=weight, out=view)
-                        continue
-                    if p is module.bias:
-                        grad = d_g.sum(summed)
-                    else:
-                        conv = CONV[type(module)]
-                        grad = conv(a_g, p.shape, d_g, module.stride, module.padding, module.dilation, module.groups)
-                    if not first:
-                        view.add_(grad, alpha=weight)
-                    elif before is None:
-                        view.copy_(grad)
-                    else:
-                        torch.lerp(before, grad, weight, out=view)
-            written.update(id(p) for p in owned)
+            for p in (module.weight, module.bias):
+                if p is None or id(p) not in offsets:
+                    continue
+                start, size = offsets[id(p)]
+                view = out[:, start : start + size].unflatten(1, p.shape)  # (m, *p.shape), in place
+                first = id(p) not in written
+                before = (
+                    None if previous is None or not first else previous[:, start : start + size].unflatten(1, p.shape)
+                )
+                if linear and p is module.weight:
+                    self._linear(view, before, first, weight, a, delta)
+                    continue
+                grads = self._bias(delta, linear) if p is module.bias else self._conv(module, a, delta)
+                if not first:
+                    view.add_(grads, alpha=weight)
+                elif before is None:
+                    view.copy_(grads)
+                else:
+                    torch.lerp(before, grads, weight, out=view)
+            written.update(id(p) for p in (module.weight, module.bias) if p is not None and id(p) in offsets)
         for p in self.layers.params:  # reached by no captured call: a zero gradient
             if id(p) not in written:
                 start, size = offsets[id(p)]
@@ -225,6 +217,51 @@ class LayerJacobian(LazyJacobian):
                 else:
                     torch.mul(previous[:, start : start + size], 1.0 - weight, out=out[:, start : start + size])
         return out
+
+    def _linear(
+        self,
+        view: torch.Tensor,
+        before: torch.Tensor | None,
+        first: bool,
+        weight: float,
+        a: torch.Tensor,
+        delta: torch.Tensor,
+    ) -> None:
+        """Group g's weight gradient, the sum over its rows of delta_i a_i^T, blended into ``view[g]``: one
+        batched product for groups of equal size (a balanced batch), one product a group otherwise."""
+        if self.equal:
+            left, right = delta.reshape(self.m, -1, delta.shape[-1]).transpose(1, 2), a.reshape(self.m, -1, a.shape[-1])
+            if not first:
+                view.baddbmm_(left, right, alpha=weight)
+            elif before is None:
+                torch.bmm(left, right, out=view)
+            else:
+                torch.baddbmm(before, left, right, beta=1.0 - weight, alpha=weight, out=view)
+            return
+        for g, rows in enumerate(self.slices):
+            left, right = delta[rows].reshape(-1, delta.shape[-1]).T, a[rows].reshape(-1, a.shape[-1])
+            if not first:
+                view[g].addmm_(left, right, alpha=weight)
+            elif before is None:
+                torch.mm(left, right, out=view[g])
+            else:
+                torch.addmm(before[g], left, right, beta=1.0 - weight, alpha=weight, out=view[g])
+
+    def _bias(self, delta: torch.Tensor, linear: bool) -> torch.Tensor:
+        """(m, channels): each group's bias gradient, the sum of delta over its rows and positions."""
+        if self.equal:
+            grouped = delta.reshape(self.m, -1, *delta.shape[1:])
+            channel = grouped.dim() - 1 if linear else 2
+            return grouped.sum([i for i in range(1, grouped.dim()) if i != channel])
+        channel = delta.dim() - 1 if linear else 1
+        dims = [i for i in range(delta.dim()) if i != channel]
+        return torch.stack([delta[rows].sum(dims) for rows in self.slices])
+
+    def _conv(self, module: torch.nn.Module, a: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """(m, *weight's shape): each group's convolution weight gradient from its rows."""
+        grad = CONV[type(module)]
+        shape, options = module.weight.shape, (module.stride, module.padding, module.dilation, module.groups)
+        return torch.stack([grad(a[rows], shape, delta[rows], *options) for rows in self.slices])
 
 
 def _plain_padding(conv: torch.nn.Module) -> bool:

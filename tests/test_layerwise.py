@@ -126,11 +126,15 @@ def test_a_parameter_outside_the_layers_takes_the_caller_path():
         lambda: torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.BatchNorm1d(5), torch.nn.Linear(5, 1)),
         lambda: torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.ReLU(inplace=True), torch.nn.Linear(5, 1)),
         lambda: torch.nn.Sequential(
-            torch.nn.Unflatten(1, (1, 4)), torch.nn.Conv1d(1, 2, 3, padding=1, padding_mode="reflect"),
-            torch.nn.Flatten(), torch.nn.Linear(8, 1),
+            torch.nn.Unflatten(1, (1, 4)),
+            torch.nn.Conv1d(1, 2, 3, padding=1, padding_mode="reflect"),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 1),
         ),
         lambda: torch.nn.Sequential(
-            torch.nn.Unflatten(1, (1, 4)), torch.nn.Conv1d(1, 2, 3, padding="same"), torch.nn.Flatten(),
+            torch.nn.Unflatten(1, (1, 4)),
+            torch.nn.Conv1d(1, 2, 3, padding="same"),
+            torch.nn.Flatten(),
             torch.nn.Linear(8, 1),
         ),
     ],
