@@ -81,6 +81,10 @@ class LayerGradients:
         finally:
             handle.remove()
 
+    def release(self) -> None:
+        """Drop the captured calls (their inputs and outputs live as long as the graph otherwise would)."""
+        self.calls = []
+
     def jacobian(self, out: Grouped, dtype: torch.dtype) -> LayerJacobian | None:
         """The (m, d) Jacobian of ``out``'s group means, as its layers' factors, or None where this path does
         not hold."""

@@ -60,14 +60,14 @@ class _ClosureMap(torch.autograd.Function):
         _write(params, v)
         with torch.enable_grad():
             if not ctx.needs_input_grad[0]:
-                return pick_values(closure(), pick).detach().to(v.dtype)
+                return _picked(closure(), pick).detach().to(v.dtype)
             with layers.capture():
                 out = closure()
             if isinstance(out, Grouped) and pick is _inner_values:  # its groups say which rows each value reads
                 try:
                     jac = layers.jacobian(out, v.dtype)
                 finally:
-                    layers.calls = []  # the captured activations, freed with the graph
+                    layers.release()
                 if jac is None:
                     value, jac, _ = grouped_jacobian(out, tuple(params))
                 else:
@@ -75,7 +75,7 @@ class _ClosureMap(torch.autograd.Function):
                         value = out.values()
                 ctx.jacobian = jac.to(v.dtype)
                 return value.detach().to(v.dtype)
-            layers.calls = []
+            layers.release()
             out = pick(out)
             rows = []
             for i in range(out.numel()):
@@ -90,7 +90,7 @@ class _ClosureMap(torch.autograd.Function):
         return grad_out @ dense(ctx.jacobian), None, None, None
 
 
-def pick_values(out: Any, pick: Callable) -> torch.Tensor:
+def _picked(out: Any, pick: Callable) -> torch.Tensor:
     """The values ``pick`` takes from a closure's output (a ``fc.Grouped``'s group means for the inner map)."""
     if isinstance(out, Grouped) and pick is _inner_values:
         return out.values()

@@ -112,7 +112,8 @@ class InnerOracle:
             ) from exc
         # The detailed checks run only when something is off.
         lazy = isinstance(jac, LazyJacobian)  # fc.optim's layer-by-layer Jacobian, in its factors
-        if not (value.shape == (self.n,) and (all_finite(value) and jac.finite() if lazy else all_finite(value, jac))):
+        finite = (all_finite(value) and jac.finite()) if lazy else all_finite(value, jac)
+        if not (value.shape == (self.n,) and finite):
             where = f"at iteration {k}"
             check_inner_output(value, self.n, where)
             raise OracleError(f"the Jacobian of inner(x, batch) has NaN or Inf entries {where}")
