@@ -72,11 +72,12 @@ def closures(net: torch.nn.Module, batch: tuple) -> dict[str, Callable[[], objec
     }
 
 
-def jacobian_of(closure: Callable[[], object], params: tuple) -> torch.Tensor:
-    """The closure's m gradients as fc.optim's closure map takes them: per-row losses layer by layer from one
-    backward pass (fullcomp.layerwise), one loss per group by its sub-batch's pass, a tensor by one backward
-    pass per value."""
-    layers = LayerGradients(list(params))
+def jacobian_of(closure: Callable[[], object], layers: LayerGradients) -> torch.Tensor:
+    """The closure's m gradients as fc.optim's closure map takes them, written out as one (m, d) array: per-row
+    losses layer by layer from one backward pass (fullcomp.layerwise; ``layers`` is kept from call to call, as
+    the optimizer keeps it, so its one-time check of the rows runs once), one loss per group by its sub-batch's
+    pass, a tensor by one backward pass per value."""
+    params = tuple(layers.params)
     with layers.capture():
         out = closure()
     if isinstance(out, fc.Grouped):
@@ -167,9 +168,9 @@ def run(name: str, build: Callable[[], torch.nn.Module], shape: tuple[int, ...],
         contenders: dict[str, Callable[[tuple], object]] = {}
         for form in forms:
             net = nets[f"jacobian {form}"]
-            params = tuple(net.parameters())
-            contenders[f"jacobian {form}"] = lambda b, net=net, params=params, form=form: jacobian_of(
-                closures(net, b)[form], params
+            layers = LayerGradients(list(net.parameters()))
+            contenders[f"jacobian {form}"] = lambda b, net=net, layers=layers, form=form: jacobian_of(
+                closures(net, b)[form], layers
             )
             net = nets[f"update {form}"]
             contenders[f"update {form}"] = lambda b, net=net, form=form, opt=opts[form]: opt.step(
@@ -185,11 +186,11 @@ def run(name: str, build: Callable[[], torch.nn.Module], shape: tuple[int, ...],
                 step(b)
             times[key].append((time.perf_counter() - start) / steps)
         net = nets["jacobian tensor"]
-        ref = jacobian_of(closures(net, data[0])["tensor"], tuple(net.parameters()))
+        ref = jacobian_of(closures(net, data[0])["tensor"], LayerGradients(list(net.parameters())))
         for route in routes.values():
             gap = max(gap, float((route(net, data[0], tuple(net.parameters())) - ref).abs().max()))
         for form in ("rows", "parts"):
-            other = jacobian_of(closures(net, data[0])[form], tuple(net.parameters()))
+            other = jacobian_of(closures(net, data[0])[form], LayerGradients(list(net.parameters())))
             gap = max(gap, float((other - ref).abs().max()))
     size = sum(p.numel() for p in template.parameters())
     print(

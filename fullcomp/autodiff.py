@@ -296,7 +296,7 @@ def grouped_jacobian(
                 rows.append(None)
                 continue
             # Retained: the groups' graphs may share nodes upstream (the parameters' views, a shared encoder).
-            rows.append(_backward(mean, inputs, retain=g + 1 < len(means)))
+            rows.append(backward(mean, inputs, retain=g + 1 < len(means)))
         value = torch.stack([mean.detach() for mean in means])
         return value, _flat_rows(rows, inputs, value), batched
     values = out.values()
@@ -305,7 +305,7 @@ def grouped_jacobian(
     if batched and out.m > ROWS_BY_BACKWARD:
         try:
             seeds = torch.eye(out.m, dtype=values.dtype, device=values.device)
-            grads = vmap(lambda seed: _backward(values, inputs, retain=True, seed=seed))(seeds)
+            grads = vmap(lambda seed: backward(values, inputs, retain=True, seed=seed))(seeds)
             flat = [
                 torch.zeros(out.m, x.numel(), dtype=values.dtype, device=values.device)
                 if g is None
@@ -316,11 +316,11 @@ def grouped_jacobian(
         except Exception:  # noqa: BLE001  (vmap's refusals are RuntimeErrors, NotImplementedErrors, ...)
             batched = False
     flat_values = values.reshape(-1)
-    rows = [_backward(flat_values[g], inputs, retain=g + 1 < out.m) for g in range(out.m)]
+    rows = [backward(flat_values[g], inputs, retain=g + 1 < out.m) for g in range(out.m)]
     return values.detach(), _flat_rows(rows, inputs, values), batched
 
 
-def _backward(
+def backward(
     output: torch.Tensor, inputs: tuple[torch.Tensor, ...], retain: bool, seed: torch.Tensor | None = None
 ) -> tuple[torch.Tensor | None, ...]:
     """The engine's backward pass from ``output`` (seeded with ``seed``, default 1) to ``inputs``."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fullcomp.autodiff import ENGINE, LazyJacobian, all_finite, graph_nodes
+from fullcomp.autodiff import LazyJacobian, all_finite, backward, graph_nodes
 from fullcomp.grouped import Grouped
 
 #: The layers whose weight gradient is a sum over the rows of their input, with the function giving it from
@@ -108,7 +108,7 @@ class LayerGradients:
             self.rows_checked = True
         counts = torch.bincount(out.groups, minlength=out.m)
         seed = (1.0 / counts.to(losses.dtype))[out.groups]
-        deltas = _grad(losses, outputs, seed, retain=False)
+        deltas = backward(losses, outputs, retain=False, seed=seed)
         bounds = [0, *torch.cumsum(counts, 0).tolist()]
         groups = out.groups
         order = None if bool((groups[1:] >= groups[:-1]).all()) else torch.argsort(groups, stable=True)
@@ -140,7 +140,7 @@ class LayerGradients:
         """Whether the first row's loss has no gradient in the other rows of any layer's output."""
         seed = torch.zeros_like(losses)
         seed[0] = 1.0
-        for delta in _grad(losses, outputs, seed, retain=True):
+        for delta in backward(losses, outputs, retain=True, seed=seed):
             if delta is not None and bool(delta[1:].any()):
                 return False
         return True
@@ -273,14 +273,6 @@ def _plain_padding(conv: torch.nn.Module) -> bool:
     "reflect" mode pads the input before the call, and "same" is a string that function does not take (such a
     layer is not captured, so its weight counts as reached outside the captured calls)."""
     return conv.padding_mode == "zeros" and not isinstance(conv.padding, str)
-
-
-def _grad(
-    output: torch.Tensor, inputs: tuple[torch.Tensor, ...], seed: torch.Tensor, retain: bool
-) -> tuple[torch.Tensor | None, ...]:
-    if ENGINE is None:
-        return torch.autograd.grad(output, inputs, seed, retain_graph=retain, allow_unused=True)
-    return ENGINE((output,), (seed,), retain, False, inputs, True, accumulate_grad=False)
 
 
 __all__ = ["LayerGradients", "LayerJacobian"]
