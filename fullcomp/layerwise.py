@@ -166,7 +166,9 @@ class LayerJacobian(LazyJacobian):
         return self._write(out, None, 1.0)
 
     def blend(self, previous: torch.Tensor, weight: float, out: torch.Tensor) -> torch.Tensor:
-        """(1 - weight) previous + weight J into ``out`` (a buffer other than ``previous``)."""
+        """(1 - weight) previous + weight J into ``out``, which may be ``previous`` itself: in place, each product
+        reads and writes V's columns once (0.95 against 1.7 ms for a 4 x 512 x 784 layer, where a separate
+        ``out`` is first a copy of ``previous``)."""
         return self._write(out, previous, weight)
 
     def norm(self) -> torch.Tensor:
@@ -188,6 +190,7 @@ class LayerJacobian(LazyJacobian):
         """Each group's gradient of each captured layer's weight and bias into their columns of ``out``, blended
         with ``previous`` (None: weight is 1); a layer called again in the same forward pass adds its share."""
         offsets, written = self.layers.offsets, set()
+        in_place = previous is out
         for call, a, delta in self.parts:
             module = call.module
             linear = type(module) is torch.nn.Linear
@@ -199,9 +202,10 @@ class LayerJacobian(LazyJacobian):
                 start, size = offsets[id(p)]
                 view = out[:, start : start + size].unflatten(1, p.shape)  # (m, *p.shape), in place
                 first = id(p) not in written
-                before = (
-                    None if previous is None or not first else previous[:, start : start + size].unflatten(1, p.shape)
-                )
+                if previous is None or not first:
+                    before = None
+                else:
+                    before = view if in_place else previous[:, start : start + size].unflatten(1, p.shape)
                 if linear and p is module.weight:
                     self._linear(view, before, first, weight, a, delta)
                     continue
@@ -210,6 +214,8 @@ class LayerJacobian(LazyJacobian):
                     view.add_(grads, alpha=weight)
                 elif before is None:
                     view.copy_(grads)
+                elif in_place:
+                    view.lerp_(grads, weight)
                 else:
                     torch.lerp(before, grads, weight, out=view)
             written.update(id(p) for p in (module.weight, module.bias) if p is not None and id(p) in offsets)
@@ -218,6 +224,8 @@ class LayerJacobian(LazyJacobian):
                 start, size = offsets[id(p)]
                 if previous is None:
                     out[:, start : start + size].zero_()
+                elif in_place:
+                    out[:, start : start + size].mul_(1.0 - weight)
                 else:
                     torch.mul(previous[:, start : start + size], 1.0 - weight, out=out[:, start : start + size])
         return out
@@ -231,25 +239,27 @@ class LayerJacobian(LazyJacobian):
         a: torch.Tensor,
         delta: torch.Tensor,
     ) -> None:
-        """Group g's weight gradient, the sum over its rows of delta_i a_i^T, blended into ``view[g]``: one
-        batched product for groups of equal size (a balanced batch), one product a group otherwise."""
+        """Group g's weight gradient, the sum over its rows of delta_i a_i^T, blended into ``view[g]`` (``before``
+        is ``view`` itself in place): one batched product for groups of equal size (a balanced batch), one
+        product a group otherwise."""
+        keep = 1.0 if not first else 1.0 - weight
         if self.equal:
             left, right = delta.reshape(self.m, -1, delta.shape[-1]).transpose(1, 2), a.reshape(self.m, -1, a.shape[-1])
-            if not first:
-                view.baddbmm_(left, right, alpha=weight)
-            elif before is None:
+            if first and before is None:
                 torch.bmm(left, right, out=view)
+            elif not first or before is view:
+                view.baddbmm_(left, right, beta=keep, alpha=weight)
             else:
-                torch.baddbmm(before, left, right, beta=1.0 - weight, alpha=weight, out=view)
+                torch.baddbmm(before, left, right, beta=keep, alpha=weight, out=view)
             return
         for g, rows in enumerate(self.slices):
             left, right = delta[rows].reshape(-1, delta.shape[-1]).T, a[rows].reshape(-1, a.shape[-1])
-            if not first:
-                view[g].addmm_(left, right, alpha=weight)
-            elif before is None:
+            if first and before is None:
                 torch.mm(left, right, out=view[g])
+            elif not first or before is view:
+                view[g].addmm_(left, right, beta=keep, alpha=weight)
             else:
-                torch.addmm(before[g], left, right, beta=1.0 - weight, alpha=weight, out=view[g])
+                torch.addmm(before[g], left, right, beta=keep, alpha=weight, out=view[g])
 
     def _bias(self, delta: torch.Tensor, linear: bool) -> torch.Tensor:
         """(m, channels): each group's bias gradient, the sum of delta over its rows and positions."""

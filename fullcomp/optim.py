@@ -355,7 +355,9 @@ class _SteppedOptimizer(torch.optim.Optimizer):
                 finally:
                     self._building = False
                 options = {**self.shared, **self._values()}
-                self.stepper = Stepper(problem, self.method, seed=self.seed, device=point.device, **options)
+                self.stepper = Stepper(
+                    problem, self.method, seed=self.seed, device=point.device, in_place=True, **options
+                )
                 self._built = self._layout()
                 if self._pending is not None:
                     pending, self._pending = self._pending, None

@@ -47,8 +47,9 @@ def polyak(
     tracker z_k (weight rho_k).  ``out=sample`` overwrites a sample the caller
     owns: at 7 x 800,000 a fresh result cost 8 times the update (page faults).
     A :class:`BatchJacobian` sample needs ``out``, a buffer other than ``previous``
-    (work on its columns only, after one scaling pass); so does any other
-    :class:`~fullcomp.autodiff.LazyJacobian` (fc.optim's layer factors).
+    (work on its columns only, after one scaling pass); any other
+    :class:`~fullcomp.autodiff.LazyJacobian` (fc.optim's layer factors) needs ``out``,
+    which may be ``previous`` itself.
     Weight 1 (the deterministic and vanilla schedules) returns the sample itself,
     the same bits as the lerp.
     """

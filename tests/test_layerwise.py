@@ -86,18 +86,21 @@ NETWORKS = {
 }
 
 
-@pytest.mark.parametrize("order", ["shuffled", "sorted"])
+@pytest.mark.parametrize("order", ["shuffled", "sorted", "balanced"])
 @pytest.mark.parametrize("name", sorted(NETWORKS))
 def test_group_gradients_match_each_groups_own(name, order):
     torch.manual_seed(0)
     build, shape = NETWORKS[name]
     net = build().double()
-    X = torch.randn(17, *shape, dtype=torch.float64)
-    groups = groups_of(17)
+    rows = 5 * M if order == "balanced" else 17
+    X = torch.randn(rows, *shape, dtype=torch.float64)
+    groups = groups_of(rows)
     if order == "sorted":  # each group's rows already together: read in place
         groups = groups.sort().values
+    if order == "balanced":  # groups of one size, in order: one batched product a layer
+        groups = torch.arange(rows) // (rows // M)
     jac, layers, losses, params = layerwise(net, flat_losses, X, groups)
-    assert jac is not None and layers.enabled
+    assert jac is not None and layers.enabled and jac.equal == (order == "balanced")
     want = reference(losses, groups, params)
     torch.testing.assert_close(jac.dense(), want, rtol=1e-10, atol=1e-12)
     # The Polyak tracker's blend, written from the factors into another buffer: (1 - w) V + w J.
@@ -105,6 +108,8 @@ def test_group_gradients_match_each_groups_own(name, order):
     out = torch.full_like(previous, float("nan"))
     assert jac.blend(previous, 0.3, out) is out
     torch.testing.assert_close(out, torch.lerp(previous, want, 0.3), rtol=1e-10, atol=1e-12)
+    assert jac.blend(previous, 0.3, previous) is previous  # in place, as fc.optim's loop blends
+    torch.testing.assert_close(previous, out, rtol=1e-12, atol=1e-14)
     assert jac.finite() and jac.shape == tuple(want.shape)
 
 

@@ -171,6 +171,8 @@ def test_dmax_batches_and_options_a_stepper_refuses():
         fc.Stepper(composite(), "hmsfw").step(torch.zeros(4), psi_batch=torch.zeros(4))
     with pytest.raises(OptionError, match="iters"):
         fc.Stepper(composite(), "hmsfw", schedule="theorem1").step()
+    with pytest.raises(OptionError, match="in_place must be True or False"):
+        fc.Stepper(composite(), "hmsfw", in_place="yes")
 
 
 def test_the_smag_steppers_state_dict_holds_its_hyperparameters():

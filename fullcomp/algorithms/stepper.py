@@ -49,9 +49,14 @@ class Stepper:
         The method's hyperparameters, and the shared options ``seed``, ``device``, ``dtype`` and ``x0``.
         ``iters`` is the horizon of the parameters that depend on the budget (a theorem's schedule,
         LiNASA+ICG's tau); the stepper itself never stops.
+    in_place : bool
+        Whether the loop reads no state once its successor exists (``stepper.state`` before a step is then not
+        kept as it was): the trackers may update the state's arrays in place.  fc.optim's loop does this; a
+        network's tracked Jacobian is then blended with one pass less.  Default False: a step leaves the state
+        it started from as it was, as fc.solve's loop needs.
     """
 
-    def __init__(self, problem: Any, method: str, /, **options: Any):
+    def __init__(self, problem: Any, method: str, /, *, in_place: bool = False, **options: Any):
         spec, hp, problem, shared = validated(problem, method, options)
         refused = sorted(set(shared) - set(STEPPER_OPTIONS))
         if refused:
@@ -62,6 +67,9 @@ class Stepper:
         horizon = shared.get("iters")
         run = RunOptions.resolve(problem, spec.name, {**shared, "iters": horizon or 1})
         run.resume_horizon(horizon)  # None: a schedule that needs the horizon asks for iters=
+        if not isinstance(in_place, bool):
+            raise OptionError(f"in_place must be True or False, got {in_place!r}")
+        run.in_place = in_place
         if run.x0 is not None:
             problem = problem.with_start(run.x0)
         self.spec, self.hyperparameters, self.run, self.problem = spec, hp, run, problem

@@ -63,6 +63,7 @@ def tracked_model(problem: CompositeProblem, hp: dict, run: RunOptions, **option
         tracker=hp["tracker"],
         hessian_point=point,
         feed=run.feed,
+        in_place=run.in_place,
         **options,
     )
 

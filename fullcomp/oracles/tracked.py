@@ -82,6 +82,9 @@ class TrackedModel:
         The Beta law of the Hessian tracker's point on the last step.
     exact : bool
         Sample ``full_batch`` instead of drawing a batch (the deterministic method).
+    in_place : bool
+        Blend a factored Jacobian sample (fc.optim's layer factors) into the state's own V, where the run
+        reads no state once its successor exists (``run.in_place``); otherwise into a spare buffer.
 
     Notes
     -----
@@ -108,6 +111,7 @@ class TrackedModel:
         hessian_point: tuple[float, float] = (1.0, 1.0),
         exact: bool = False,
         feed: Feed | None = None,
+        in_place: bool = False,
         **renamed: Any,
     ):
         for old, new in RENAMED.items():
@@ -127,7 +131,7 @@ class TrackedModel:
         self.problem, self.dtype, self.generator = problem, dtype, generator
         self.feed = Feed(generator) if feed is None else feed
         self.tracker, self.variant, self.clip, self.exact = tracker, variant, clip, exact
-        self.hessian_point = hessian_point
+        self.hessian_point, self.in_place = hessian_point, in_place
         self.entries = EntryMap(problem, device, layout)
         self.per_sample = getattr(problem, "per_sample", None)
         self.oracle: Any
@@ -211,8 +215,8 @@ class TrackedModel:
             if isinstance(jac, BatchJacobian):  # on the sampled columns only, into the spare buffer
                 revision = Revision(k, state.revision.tag, 1 - beta, beta, jac)
                 return value, polyak(V, jac, beta, out=self._buffer(V)), revision
-            if isinstance(jac, LazyJacobian):  # blended from its factors into the spare buffer
-                return value, polyak(V, jac, beta, out=self._buffer(V)), Revision(k)
+            if isinstance(jac, LazyJacobian):  # blended from its factors into V itself or the spare buffer
+                return value, polyak(V, jac, beta, out=V if self.in_place else self._buffer(V)), Revision(k)
             return value, polyak(V, jac, beta, out=jac), Revision(k)  # jac is this step's own
         # The point's draw and the extra batch both come from the run's generator.
         generator = self.generator

@@ -62,6 +62,9 @@ class RunOptions:
     resolved_horizon: int | None = None
     #: Whether the method read :attr:`horizon`, so that its trajectory depends on it.
     horizon_used: bool = field(default=False, compare=False)
+    #: Whether no one reads a state once its successor exists (fc.optim's loop; fc.solve's reads the last one
+    #: after each update), so that a tracker may update the state's arrays in place.
+    in_place: bool = field(default=False, compare=False)
     #: The run's draws, with :attr:`generator`: the sampler's, or the batch a stepper gives one update.
     feed: Feed = field(init=False, repr=False, compare=False)
 
