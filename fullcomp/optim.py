@@ -46,6 +46,28 @@ def _write(params: list[torch.Tensor], v: torch.Tensor) -> None:
             p.copy_(part.view_as(p).to(p.dtype))
 
 
+class _Parameters:
+    """The optimizer's parameters as one flat point, written by :meth:`write`, which skips a point they hold
+    from its last write: an update writes y_{k+1} for the closure's sample there, and the step then writes its
+    iterate, the same y_{k+1} (0.3 ms of a 10 ms update at 665,089 weights).  They hold it while neither it nor
+    any parameter changed since (their storage and version counters say so; the point is kept alive, so that
+    no other tensor takes its storage meanwhile)."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self.tensors = params
+        self._held: tuple | None = None
+
+    def write(self, v: torch.Tensor) -> None:
+        if self._held is not None and self._held[1] == self._mark(v):
+            return
+        _write(self.tensors, v)
+        self._held = (v, self._mark(v))
+
+    def _mark(self, v: torch.Tensor) -> tuple:
+        point = (v.data_ptr(), v.shape, v.stride(), v.dtype, v.device, v._version)
+        return point, [(p.data_ptr(), p._version) for p in self.tensors]
+
+
 class _ClosureMap(torch.autograd.Function):
     """Values of the closure as a function of the flat point v: the point is written into the parameters, the
     closure run, ``pick`` takes the 1-D tensor of values from its output, and their Jacobian is taken by one
@@ -55,9 +77,11 @@ class _ClosureMap(torch.autograd.Function):
     :func:`fullcomp.autodiff.jacobian` takes it as it is instead of a backward pass per row."""
 
     @staticmethod
-    def forward(ctx: Any, v: torch.Tensor, closure: Callable, layers: LayerGradients, pick: Callable) -> Any:
+    def forward(
+        ctx: Any, v: torch.Tensor, closure: Callable, layers: LayerGradients, pick: Callable, writer: _Parameters
+    ) -> Any:
         params = layers.params
-        _write(params, v)
+        writer.write(v)
         with torch.enable_grad():
             if not ctx.needs_input_grad[0]:
                 return _picked(closure(), pick).detach().to(v.dtype)
@@ -87,7 +111,7 @@ class _ClosureMap(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
-        return grad_out @ dense(ctx.jacobian), None, None, None
+        return grad_out @ dense(ctx.jacobian), None, None, None, None
 
 
 def _picked(out: Any, pick: Callable) -> torch.Tensor:
@@ -288,6 +312,11 @@ class _SteppedOptimizer(torch.optim.Optimizer):
         """The problem the method runs on, started at the parameters' flat ``point``."""
         raise NotImplementedError
 
+    def _parameters(self) -> _Parameters:
+        """The writer of the problem's points into the parameters, built with the problem."""
+        self._writer = _Parameters(self._params)
+        return self._writer
+
     def _check_output(self, out: Any) -> None:
         """What the closure must return (the subclass's form), checked at every call."""
 
@@ -366,7 +395,7 @@ class _SteppedOptimizer(torch.optim.Optimizer):
             row = self.stepper.step(self._closure)
         finally:
             self._closure = None
-        _write(params, self.stepper.x.reshape(-1))
+        self._writer.write(self.stepper.x.reshape(-1))
         return row
 
     def _signature(self) -> dict:
@@ -379,7 +408,9 @@ class _SteppedOptimizer(torch.optim.Optimizer):
     def state_dict(self) -> dict:
         """torch's layout: ``state`` holds the method's (its stepper's state, the point, the method, seed and
         problem), ``param_groups`` each group's options with ``params`` as indices, as torch.optim's do, and
-        its ``sizes`` and ``domain`` (described by kind and numbers)."""
+        its ``sizes`` and ``domain`` (described by kind and numbers).  As torch.optim's, it holds the live
+        state's tensors, which later steps update in place: ``torch.save`` it (or ``copy.deepcopy`` it) to keep
+        a snapshot."""
         groups, index = [], 0
         for group in self.param_groups:
             saved = {k: v for k, v in group.items() if k not in ("params", "domain")}
@@ -590,12 +621,12 @@ class CompositeOptimizer(_SteppedOptimizer):
         domain = self._domain_now()
         if not domain.contains(point.double().cpu().numpy().reshape(domain.shape), tol=1e-6):
             raise OptionError("the parameters are not in the domain; fc.make_feasible(model, domain) puts them there")
-        layers, n = LayerGradients(self._params), self._outer.n
+        layers, n, writer = LayerGradients(self._params), self._outer.n, self._parameters()
 
         def inner(v: torch.Tensor, closure: Callable) -> torch.Tensor:
             if self._building:  # the declaration's probe: the closure's values are checked at every real call
                 return torch.zeros(n, dtype=v.dtype, device=v.device)
-            return _ClosureMap.apply(v, closure, layers, _inner_values)
+            return _ClosureMap.apply(v, closure, layers, _inner_values, writer)
 
         problem = CompositeProblem(
             self.outer,
@@ -682,7 +713,7 @@ class SMAG(_SteppedOptimizer):
     def _problem(self, point: torch.Tensor) -> Any:
         from fullcomp.model.dmax import DMaxProblem
 
-        layers = LayerGradients(self._params)
+        layers, writer = LayerGradients(self._params), self._parameters()
 
         def part(which: int) -> Callable:
             def pick(out: Any) -> torch.Tensor:
@@ -692,7 +723,7 @@ class SMAG(_SteppedOptimizer):
             def value(x: torch.Tensor, closure: Callable) -> torch.Tensor:
                 if self._building:  # the declaration's probe: the closure's values are checked at every real call
                     return torch.zeros((), dtype=x.dtype, device=x.device)
-                return _ClosureMap.apply(x, closure, layers, pick)[0]
+                return _ClosureMap.apply(x, closure, layers, pick, writer)[0]
 
             return value
 

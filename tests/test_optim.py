@@ -485,3 +485,22 @@ def test_a_loop_resumes_bit_identically_from_the_two_state_dicts():
     run(second, opt, scheduler, data[3:])
     for a, b in zip(straight.parameters(), second.parameters()):
         assert torch.equal(a, b)
+
+
+def test_the_parameters_hold_the_iterate_after_each_step_whatever_the_closure_did():
+    # The step skips writing its iterate where the parameters still hold it from the closure's sample; a
+    # closure that changes a parameter in place (a clamp, a rescaling) must not leave that change behind.
+    model = network()
+    size = sum(p.numel() for p in model.parameters())
+    opt = fc.optim.HMSFW(model.parameters(), cp.max(fc.inner_value(GROUPS)), fc.L2Ball(size, 10.0))
+
+    def closure(batch, rescale):
+        if rescale:
+            with torch.no_grad():
+                model[0].weight.mul_(0.5)
+        return group_losses(model, batch)
+
+    for k, batch in enumerate(batches(4)):
+        opt.step(lambda batch=batch, k=k: closure(batch, k % 2 == 1))
+        point = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        assert torch.equal(point, opt.stepper.x.reshape(-1))
