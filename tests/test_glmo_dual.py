@@ -84,6 +84,22 @@ def test_rank_deficient_and_zero_blocks() -> None:
     assert np.all(res.x[30:50] == 0.0)
 
 
+def test_blocks_wider_than_a_gram_chunk_give_the_optimum() -> None:
+    """Blocks of several chunks and a remainder: their Gram matrices are summed chunk by chunk on the CPU."""
+    rng = np.random.default_rng(5)
+    chunk = dual_module.GRAM_CHUNK
+    domain = fc.Product(fc.L2Ball(3 * chunk + 7, 1.0), fc.L2Ball(3, 0.5), fc.L2Ball(2 * chunk, 2.0))
+    V = rng.standard_normal((5, domain.size))
+    z, y = rng.standard_normal(5), np.zeros(domain.size)
+    glmo = fc.build_glmo(cp.max(fc.inner_value(5)), domain)
+    grams, Vy = glmo._grams(torch.from_numpy(V), torch.from_numpy(y))
+    want = np.stack([V[:, s] @ V[:, s].T for s in domain.slices])
+    np.testing.assert_allclose(grams, want, rtol=1e-12, atol=1e-9)
+    res = glmo.solve(z, V, y)
+    optimum = cvxpy_optimum(cp.max, domain, z, V, y)
+    assert abs(res.value - optimum) <= 1e-6 * max(1.0, abs(optimum)) and res.converged
+
+
 def test_float32_tensors_stay_float32_and_give_the_optimum() -> None:
     domain, z, V, y = instance(11)
     glmo = fc.build_glmo(cp.max(fc.inner_value(len(z))), domain)

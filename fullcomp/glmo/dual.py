@@ -39,6 +39,10 @@ from fullcomp.sets.product import Product
 RANK_TOL = {torch.float64: 1e-12, torch.float32: 1e-6}
 #: For V's other dtypes (float16, bfloat16).
 RANK_TOL_LOW = 1e-3
+#: On the CPU a block's Gram matrix is summed over column chunks of this length by one batched product:
+#: torch's product of an (m, d_b) V_b by its transpose runs a kernel made for larger m (0.28 against 0.51 ms
+#: at 4 x 401,408 in float32, torch 2.13, one thread).
+GRAM_CHUNK = 512
 #: ``build_glmo(route="auto")`` takes this route up to this many values of F.  The program's link is dense, k m^2
 #: entries: over 6 blocks it took 0.3 ms at m = 4, 6 ms at 32, 68 ms at 64 and 0.5-0.75 s at 128, where column
 #: generation's master has one column an atom; and the Gram pass's m^2 d products took 2-4 times one V^T q up
@@ -145,13 +149,13 @@ class DualBallGLMO(GLMO):
         return GLMOResult(x, value, gap, 1, [], np.ones(0), converged=converged)
 
     def _grams(self, V: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """The blocks' Gram matrices V_b V_b^T and V y, in float64, from one pass over V in its dtype and on its
-        device, brought to the host in one transfer.
+        """The blocks' Gram matrices V_b V_b^T and V y, in float64, from V in its dtype and on its device, brought
+        to the host in one transfer.
 
         The products round in V's dtype (7e-7 relative in float32); a float64 copy of the pass would double its
         time.  On the CPU torch's products beat numpy's here (torch 2.13, one thread, d = 665,089: 1.3 against
         2.3 ms in float32, 5 against 28 ms in float64, benchmarks/group_dro_cost.py's MLP)."""
-        grams = torch.stack([V[:, s] @ V[:, s].T for s, _ in self.blocks])
+        grams = torch.stack([_gram(V[:, s]) for s, _ in self.blocks])
         together = torch.cat([grams.reshape(-1), V @ y]).double().cpu().numpy()
         m, k = V.shape[0], len(self.blocks)
         return together[: k * m * m].reshape(k, m, m), together[k * m * m :]
@@ -272,6 +276,16 @@ class DualBallGLMO(GLMO):
     def load_state_dict(self, state: dict) -> None:
         self.q = np.array(state["q"])
         self._colgen, self._colgen_state = None, state.get("colgen")
+
+
+def _gram(block: torch.Tensor) -> torch.Tensor:
+    """block block^T, on the CPU as the sum of its column chunks' products (see :data:`GRAM_CHUNK`)."""
+    chunks = block.shape[1] // GRAM_CHUNK
+    if block.device.type != "cpu" or chunks < 2:
+        return block @ block.T
+    head = block[:, : chunks * GRAM_CHUNK].unflatten(1, (chunks, GRAM_CHUNK)).transpose(0, 1)
+    tail = block[:, chunks * GRAM_CHUNK :]
+    return torch.bmm(head, head.transpose(1, 2)).sum(0) + tail @ tail.T
 
 
 def _factors(grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
