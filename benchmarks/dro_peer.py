@@ -286,14 +286,18 @@ def main(argv: list[str] | None = None) -> None:
     have_dro = load_dro()
     print(f"dro: {'present' if have_dro else 'absent (fullcomp against the reference optimum only)'}")
     print(f"user code lines: dro {user_lines(fit_dro)}, fullcomp {user_lines(fullcomp_problem) + 1} (with fc.solve)")
-    print(f"{'n':>9} {'risk':<5} {'dro s (solver)':>17} {'fc s':>8} {'fc/dro':>7} {'steps':>5} {'peak MiB':>8} "
-          f"{'target':>9} {'check':>13}")
+    print(
+        f"{'n':>9} {'risk':<5} {'dro s (solver)':>17} {'fc s':>8} {'fc/dro':>7} {'steps':>5} {'peak MiB':>8} "
+        f"{'target':>9} {'check':>13}"
+    )
     for n in sizes:
         for risk in risks:
             print(show(case(risk, n, have_dro, args.quick)), flush=True)
-    print("check: fullcomp's exact objective at dro's solution / dro's objective - 1; cert: the reference "
-          "optimum's certified relative gap (its value less a cutting-plane lower bound, over its value); "
-          "fc s: build + fc.solve to the target (dro's objective, or the reference, + 1e-3 relative)")
+    print(
+        "check: fullcomp's exact objective at dro's solution / dro's objective - 1; cert: the reference "
+        "optimum's certified relative gap (its value less a cutting-plane lower bound, over its value); "
+        "fc s: build + fc.solve to the target (dro's objective, or the reference, + 1e-3 relative)"
+    )
 
 
 if __name__ == "__main__":

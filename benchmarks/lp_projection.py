@@ -41,8 +41,10 @@ def main() -> None:
     v = np.random.default_rng(0).standard_normal(args.size)
     lmo = best_seconds(lambda: ball.lmo(v), args.repeats)
     project = best_seconds(lambda: ball.project(v), args.repeats)
-    print(f"LpBall({args.size}, p={args.p}, radius={args.radius}): lmo {lmo:.3f} s, project {project:.3f} s (CPU), "
-          f"project / lmo = {project / lmo:.1f}")
+    print(
+        f"LpBall({args.size}, p={args.p}, radius={args.radius}): lmo {lmo:.3f} s, project {project:.3f} s (CPU), "
+        f"project / lmo = {project / lmo:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -227,7 +227,11 @@ def test_stochastic_hmsfw_and_a_vector_constraint_report_the_largest_violation()
     problem, (A, y, g) = dp_problem()
     u = problem.outer.u
     floors = fc.CompositeProblem(
-        u[0], group_means, problem.domain, problem.sampler, full_batch=problem.full_batch,
+        u[0],
+        group_means,
+        problem.domain,
+        problem.sampler,
+        full_batch=problem.full_batch,
         constraints={"floors": u[1:3] >= np.array([0.2, -0.1])},
     )
     result = fc.hmsfw(floors, iters=20, seed=0, progress=False)
@@ -250,8 +254,9 @@ def test_a_checkpoint_tells_problems_with_other_constraints_apart():
         if penalty is not None:
             u = problem.outer.u
             keep = fc.Constraints({"dp": cp.abs(u[1] - u[2]) <= bound}, penalty=penalty)
-            problem = fc.CompositeProblem(u[0], group_means, problem.domain, problem.sampler,
-                                          full_batch=problem.full_batch, constraints=keep)
+            problem = fc.CompositeProblem(
+                u[0], group_means, problem.domain, problem.sampler, full_batch=problem.full_batch, constraints=keep
+            )
         return problem_fingerprint(problem)
 
     base = stamp(0.05, None)

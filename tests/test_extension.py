@@ -224,8 +224,14 @@ def test_a_state_a_checkpoint_cannot_hold_is_refused_at_set_up(registry, tmp_pat
     fc.register(fc.Method("lambda-state", fc.CompositeProblem, (), setup, "keeps a function in its state"))
     steps = []
     with pytest.raises(CheckpointError, match=r"state\['rule'\] holds a function"):
-        fc.solve(composite_problem(), "lambda-state", iters=3, progress=False, checkpoint=tmp_path / "c.ckpt",
-                 callback=steps.append)
+        fc.solve(
+            composite_problem(),
+            "lambda-state",
+            iters=3,
+            progress=False,
+            checkpoint=tmp_path / "c.ckpt",
+            callback=steps.append,
+        )
     assert steps == [] and list(tmp_path.iterdir()) == []
     assert fc.solve(composite_problem(), "lambda-state", iters=3, progress=False).status == "iterations"
 

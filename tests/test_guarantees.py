@@ -626,4 +626,3 @@ def test_a_full_filesystem_at_a_save_leaves_no_partial_checkpoint(tmp_path, monk
         fc.hmsfw(composite(), iters=3, progress=False, checkpoint=fc.Checkpoint(tmp_path / "run.ckpt", every=1))
     assert len(caught.value.result.history) >= 1  # the rows computed before the failed save
     assert list(tmp_path.iterdir()) == []
-

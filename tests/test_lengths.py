@@ -26,11 +26,7 @@ def lengths() -> list[tuple[str, str, int, int]]:
 
 
 def test_no_function_is_longer_than_its_limit():
-    long = [
-        f"{path}::{name} has {size} lines (limit {limit})"
-        for path, name, size, limit in lengths()
-        if size > limit
-    ]
+    long = [f"{path}::{name} has {size} lines (limit {limit})" for path, name, size, limit in lengths() if size > limit]
     assert not long, "split these into named parts:\n" + "\n".join(long)
 
 

@@ -65,8 +65,9 @@ def test_composite_problem_accepts_a_per_sample_declaration():
     top = sorted(losses, reverse=True)[:10]
     exact = sum(top) / 10  # CVaR_0.25 of 40 equally likely losses: the mean of the 10 largest
     assert abs(problem.objective(x.numpy()) - exact) < 1e-9
-    plain = fc.CompositeProblem(outer=fc.cvar(fc.inner_value(40), 0.25), inner=lambda x, b: logistic(x, ps.data),
-                                domain=fc.L2Ball(3, 2.0))
+    plain = fc.CompositeProblem(
+        outer=fc.cvar(fc.inner_value(40), 0.25), inner=lambda x, b: logistic(x, ps.data), domain=fc.L2Ball(3, 2.0)
+    )
     assert plain.per_sample is None
 
 
@@ -76,14 +77,23 @@ def test_per_sample_problems_refuse_what_does_not_fit():
     with pytest.raises(ModelError, match=r"fc.inner_value\(40\)"):
         fc.CompositeProblem(outer=fc.cvar(fc.inner_value(39), 0.25), inner=ps, domain=fc.L2Ball(3, 2.0))
     with pytest.raises(ModelError, match="full_batch"):
-        fc.CompositeProblem(outer=fc.cvar(fc.inner_value(40), 0.25), inner=ps, domain=fc.L2Ball(3, 2.0),
-                            full_batch=(X, y))
+        fc.CompositeProblem(
+            outer=fc.cvar(fc.inner_value(40), 0.25), inner=ps, domain=fc.L2Ball(3, 2.0), full_batch=(X, y)
+        )
     with pytest.raises(ModelError, match="row indices"):
-        fc.CompositeProblem(outer=fc.cvar(fc.inner_value(40), 0.25), inner=ps, domain=fc.L2Ball(3, 2.0),
-                            sampler=lambda g: torch.rand(4, generator=g))
+        fc.CompositeProblem(
+            outer=fc.cvar(fc.inner_value(40), 0.25),
+            inner=ps,
+            domain=fc.L2Ball(3, 2.0),
+            sampler=lambda g: torch.rand(4, generator=g),
+        )
     with pytest.raises(ModelError, match="outside 0..39"):
-        fc.CompositeProblem(outer=fc.cvar(fc.inner_value(40), 0.25), inner=ps, domain=fc.L2Ball(3, 2.0),
-                            sampler=lambda g: torch.arange(38, 42))
+        fc.CompositeProblem(
+            outer=fc.cvar(fc.inner_value(40), 0.25),
+            inner=ps,
+            domain=fc.L2Ball(3, 2.0),
+            sampler=lambda g: torch.arange(38, 42),
+        )
 
 
 def test_construction_probes_one_batch_of_rows_only():
@@ -276,9 +286,7 @@ def test_a_million_rows_take_updates_without_an_n_by_n_array(tmp_path):
 
     script = tmp_path / "million.py"
     script.write_text(BIG)
-    done = subprocess.run(
-        [sys.executable, str(script), str(4 * 2**30)], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([sys.executable, str(script), str(4 * 2**30)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "VmPeak_kB" in done.stdout
 

@@ -77,8 +77,6 @@ def project(domain: Set, x: torch.Tensor) -> torch.Tensor:
     return domain.project(x.reshape(domain.shape)).reshape(-1)
 
 
-
-
 def line_search(problem: CompositeProblem, model: TrackedModel, point_at: Callable[[float], torch.Tensor]) -> float:
     """The step of a warm start's first move (:class:`fullcomp.steps.Halving`) for phi(point_at(t)) on one batch
     (``full_batch`` when there is one); ``point_at(t)`` is in the model's layout."""

@@ -178,4 +178,3 @@ def _tilt(w: np.ndarray, p: np.ndarray, b: float) -> np.ndarray:
 def _divergence(q: np.ndarray, p: np.ndarray) -> float:
     keep = p > 0
     return 0.5 * float(np.sum((q[keep] - p[keep]) ** 2 / p[keep]))
-

@@ -304,8 +304,7 @@ def group_dro(u: cp.Expression, group_sizes: Sequence[float], C: float) -> cp.Ex
         sizes = np.asarray(group_sizes, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise ModelError(
-            f"group_dro group_sizes must be numbers, one sample count n_g > 0 per entry of u ({n}), got "
-            f"{group_sizes!r}"
+            f"group_dro group_sizes must be numbers, one sample count n_g > 0 per entry of u ({n}), got {group_sizes!r}"
         ) from None
     if sizes.shape != (n,):
         raise ModelError(f"group_dro group_sizes needs one size per entry of u ({n}), got {sizes.size}")

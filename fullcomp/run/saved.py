@@ -31,8 +31,13 @@ MAX_DEPTH = 32
 FINITE_COLUMNS = ("objective", "objective_estimate")
 #: Why a saved run is refused, appended to every message.
 FIX = "pass a folder written by Result.save, or write it again"
-KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def check_regular(path: Path) -> int:

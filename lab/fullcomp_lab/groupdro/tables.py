@@ -50,7 +50,6 @@ class GroupRun(harness.RunFolder):
         value = self.summary.get(block, {}).get(name, math.nan)
         return float(value) if isinstance(value, (int, float)) else math.nan
 
-
     def late(self, key: str) -> float:
         """``late_test_worst_acc``: the mean test worst-group accuracy of the last :data:`LATE` evaluated
         epochs; ``late_sd_test_worst_acc``: their sample SD (NaN with fewer than two such epochs)."""

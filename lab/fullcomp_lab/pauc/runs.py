@@ -183,9 +183,7 @@ def select_settings(
         "seconds": time.perf_counter() - started,
         "selected_at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    cfg.meta["about"] = (
-        "Frozen pAUC-fairness settings (fullcomp_lab.pauc), chosen on validation by select_settings."
-    )
+    cfg.meta["about"] = "Frozen pAUC-fairness settings (fullcomp_lab.pauc), chosen on validation by select_settings."
     if config_path is not None:
         cfg.save(config_path)
     return cfg
