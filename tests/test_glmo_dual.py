@@ -84,8 +84,11 @@ def test_rank_deficient_and_zero_blocks() -> None:
     assert np.all(res.x[30:50] == 0.0)
 
 
-def test_blocks_wider_than_a_gram_chunk_give_the_optimum() -> None:
-    """Blocks of several chunks and a remainder: their Gram matrices are summed chunk by chunk on the CPU."""
+@pytest.mark.parametrize("products", ["torch", "numpy"])
+def test_blocks_wider_than_a_gram_chunk_give_the_optimum(products: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of several chunks and a remainder: by torch their Gram matrices are summed chunk by chunk on the
+    CPU; a V this small goes through numpy by default."""
+    monkeypatch.setattr(dual_module, "NUMPY_SIZE", 0 if products == "torch" else 1 << 16)
     rng = np.random.default_rng(5)
     chunk = dual_module.GRAM_CHUNK
     domain = fc.Product(fc.L2Ball(3 * chunk + 7, 1.0), fc.L2Ball(3, 0.5), fc.L2Ball(2 * chunk, 2.0))
@@ -98,6 +101,11 @@ def test_blocks_wider_than_a_gram_chunk_give_the_optimum() -> None:
     res = glmo.solve(z, V, y)
     optimum = cvxpy_optimum(cp.max, domain, z, V, y)
     assert abs(res.value - optimum) <= 1e-6 * max(1.0, abs(optimum)) and res.converged
+    # float32 tensors: x comes back as a float32 tensor, the value within the float32 Gram matrices' rounding
+    res32 = glmo.solve(z, torch.tensor(V, dtype=torch.float32), torch.tensor(y, dtype=torch.float32))
+    assert isinstance(res32.x, torch.Tensor) and res32.x.dtype == torch.float32
+    assert abs(res32.value - optimum) <= 1e-4 * max(1.0, abs(optimum))
+    assert domain.contains(res32.x.double().numpy(), tol=1e-5)
 
 
 def test_float32_tensors_stay_float32_and_give_the_optimum() -> None:
