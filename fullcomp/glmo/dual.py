@@ -158,8 +158,9 @@ class DualBallGLMO(GLMO):
         to the host in one transfer.
 
         The products round in V's dtype (7e-7 relative in float32); a float64 copy of the pass would double its
-        time.  On the CPU torch's products beat numpy's here (torch 2.13, one thread, d = 665,089: 1.3 against
-        2.3 ms in float32, 5 against 28 ms in float64, benchmarks/group_dro_cost.py's MLP)."""
+        time.  On the CPU torch's products beat numpy's on a large V (torch 2.13, one thread, d = 665,089: 1.3
+        against 2.3 ms in float32, 5 against 28 ms in float64, benchmarks/group_dro_cost.py's MLP), numpy's on a
+        small one (:data:`NUMPY_SIZE`)."""
         if _small(V):
             Vn, yn = V.numpy(), y.numpy()
             grams = np.stack([Vn[:, s] @ Vn[:, s].T for s, _ in self.blocks])
@@ -173,7 +174,8 @@ class DualBallGLMO(GLMO):
         """x_b = V_b^T a_b for every block: one pass over V, in its dtype and on its device, each block's
         product written into its part of x (0.37 against 0.84 ms for numpy's scaled rows at 4 x 401,920)."""
         if _small(V):
-            Vn, x = V.numpy(), np.empty(V.shape[1], dtype=V.numpy().dtype)
+            Vn = V.numpy()
+            x = np.empty(V.shape[1], dtype=Vn.dtype)
             for (s, _), a in zip(self.blocks, coefficients.astype(x.dtype)):
                 np.matmul(a, Vn[:, s], out=x[s])
             return torch.from_numpy(x)
