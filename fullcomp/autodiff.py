@@ -67,8 +67,8 @@ def check_inner_output(out: Any, n: int, where: str) -> torch.Tensor:
 class LazyJacobian:
     """A sampled (n, width) Jacobian held in a cheaper form than its dense array: what the trackers take as
     such.  ``dense()`` writes the array; ``blend(previous, weight, out)`` writes (1 - weight) previous +
-    weight J into ``out`` (not ``previous``) without the dense J; ``norm()``, ``finite()`` and ``* factor``
-    are the array's."""
+    weight J into ``out`` without the dense J (``out`` may be ``previous`` only where the subclass says so);
+    ``norm()``, ``finite()`` and ``* factor`` are the array's."""
 
     shape: tuple[int, int]
     dtype: torch.dtype

@@ -47,7 +47,7 @@ class Grouped:
         with one tensor per group.
     """
 
-    __slots__ = ("losses", "groups", "m", "parts", "_weights")
+    __slots__ = ("losses", "groups", "m", "parts", "counts", "_weights")
 
     def __init__(
         self, losses: torch.Tensor | Sequence[torch.Tensor], groups: torch.Tensor | None = None, m: int | None = None
@@ -55,6 +55,7 @@ class Grouped:
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
             raise ModelError(f"fc.Grouped: m must be a positive int (the number of groups), got {m!r}")
         self.parts: tuple[torch.Tensor, ...] | None = None
+        self.counts: torch.Tensor | None = None  # with groups: each group's number of rows
         self._weights: torch.Tensor | None = None
         if groups is None:
             self._init_parts(losses, m)
@@ -126,7 +127,7 @@ class Grouped:
         weights = losses.new_zeros(m, groups.numel())
         weights[groups, rows] = 1.0
         self._weights = weights.div_(counts.to(losses.dtype)[:, None])
-        self.losses, self.groups, self.m = losses, groups, m
+        self.losses, self.groups, self.m, self.counts = losses, groups, m, counts
 
     @property
     def by_sub_batch(self) -> bool:

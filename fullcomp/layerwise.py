@@ -106,11 +106,10 @@ class LayerGradients:
                 self.enabled = False
                 return None
             self.rows_checked = True
-        counts = torch.bincount(out.groups, minlength=out.m)
-        seed = (1.0 / counts.to(losses.dtype))[out.groups]
+        counts, groups = out.counts, out.groups
+        seed = (1.0 / counts.to(losses.dtype))[groups]
         deltas = backward(losses, outputs, retain=False, seed=seed)
         bounds = [0, *torch.cumsum(counts, 0).tolist()]
-        groups = out.groups
         order = None if bool((groups[1:] >= groups[:-1]).all()) else torch.argsort(groups, stable=True)
         with torch.no_grad():  # each group's rows together: a slice of the batch (a copy only if unsorted)
             parts = [

@@ -15,6 +15,7 @@ eta0 and eta1, which is what an LR scheduler changes; ``state_dict()`` is ``{"st
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -83,10 +84,11 @@ class _ClosureMap(torch.autograd.Function):
         params = layers.params
         writer.write(v)
         with torch.enable_grad():
-            if not ctx.needs_input_grad[0]:
-                return _picked(closure(), pick).detach().to(v.dtype)
-            with layers.capture():
+            layer_wise = ctx.needs_input_grad[0] and pick is _inner_values  # group means' Jacobian: by layers
+            with layers.capture() if layer_wise else contextlib.nullcontext():
                 out = closure()
+            if not ctx.needs_input_grad[0]:
+                return _picked(out, pick).detach().to(v.dtype)
             if isinstance(out, Grouped) and pick is _inner_values:  # its groups say which rows each value reads
                 try:
                     jac = layers.jacobian(out, v.dtype)
