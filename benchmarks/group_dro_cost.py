@@ -15,6 +15,7 @@ weights) of benchmarks/grouped_jacobian.py.
 
     python benchmarks/group_dro_cost.py                   # 5 rounds of 5 updates, about two minutes
     python benchmarks/group_dro_cost.py --rounds 2 --steps 3
+    python benchmarks/group_dro_cost.py --passes          # and each pass over the MLP's tracked Jacobian alone
 
 Targets: update / Group DRO step at most 1.3 (CNN) and 1.5 (MLP); the GLMO at most 15 % of an update.
 Nothing is written to disk.
@@ -115,13 +116,61 @@ def run(name: str, build: Callable, shape: tuple[int, ...], steps: int, rounds: 
     return out
 
 
+def passes(repeats: int = 100) -> dict:
+    """Each pass an MLP update makes over its tracked 4 x 665,089 Jacobian, timed alone on arrays of its shapes:
+    what an update costs besides the forward and backward passes, the m x m program and the method's Python."""
+    from fullcomp.glmo.dual import _gram
+
+    net = mlp()
+    blocks = [p.shape for p in net.parameters()]
+    bounds = [0, *torch.tensor([p.numel() for p in net.parameters()]).cumsum(0).tolist()]
+    slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    V, y, y_last = torch.randn(GROUPS, bounds[-1]), torch.randn(bounds[-1]), torch.randn(bounds[-1])
+    work, a = torch.empty_like(y), torch.randn(len(slices), GROUPS)
+    factors = [
+        (torch.randn(GROUPS, shape[0], PER_GROUP), torch.randn(GROUPS, PER_GROUP, shape[1]))
+        for shape in blocks
+        if len(shape) == 2
+    ]
+    weights = [V[:, s].unflatten(1, shape) for s, shape in zip(slices, blocks) if len(shape) == 2]
+
+    def point() -> None:
+        x = torch.empty_like(y)
+        for s, a_b in zip(slices, a):
+            torch.mv(V[:, s].T, a_b, out=x[s])
+
+    timed = {
+        "blend (weights, in place)": lambda: [
+            w.baddbmm_(d, f, beta=0.9, alpha=0.1) for w, (d, f) in zip(weights, factors)
+        ],
+        "Gram matrices": lambda: torch.stack([_gram(V[:, s]) for s in slices]),
+        "V y": lambda: V @ y,
+        "point": point,
+        "Taylor product with its difference": lambda: V @ torch.sub(y, y_last, out=work),
+    }
+    out = {}
+    for name, f in timed.items():
+        f()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            f()
+        out[name] = (time.perf_counter() - start) / repeats
+        print(f"  {name:36s} {out[name] * 1e3:6.2f} ms")
+    print(f"  {'together':36s} {sum(out.values()) * 1e3:6.2f} ms")
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5, help="updates per round (default 5)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    parser.add_argument("--passes", action="store_true", help="also time the MLP update's passes over V alone")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.passes:
+        print(f"MLP 784-512-512-1: the passes over the tracked {GROUPS} x 665,089 Jacobian, each alone")
+        passes()
     return {
         "cnn": run("CNN", cnn, (2, 28, 28), args.steps, args.rounds),
         "mlp": run("MLP 784-512-512-1", mlp, (1, 28, 28), args.steps, args.rounds),
