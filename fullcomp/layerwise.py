@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fullcomp.autodiff import LazyJacobian, all_finite, backward, graph_nodes
 from fullcomp.grouped import Grouped
+from fullcomp.serial import encodable
 
 #: The layers whose weight gradient is a sum over the rows of their input, with the function giving it from
 #: (input, weight's shape, output gradient) for a convolution.
@@ -117,7 +119,7 @@ class LayerGradients:
                 for call, delta in zip(calls, deltas)
                 if delta is not None
             ]
-        return LayerJacobian(self, parts, bounds, dtype)
+        return LayerJacobian(self, parts, bounds, dtype, order)
 
     def _covered(self, losses: torch.Tensor, calls: list[_Call]) -> bool:
         """Whether the losses reach the params only through the captured calls' weights and biases: a walk of
@@ -151,8 +153,15 @@ class LayerJacobian(LazyJacobian):
     (1 - w) V + w J straight from the factors, one product per layer and group reading V's columns and writing
     the new tracker's, instead of writing J and then making a pass over both."""
 
-    def __init__(self, layers: LayerGradients, parts: list[tuple], bounds: list[int], dtype: torch.dtype):
-        self.layers, self.parts = layers, parts
+    def __init__(
+        self,
+        layers: LayerGradients,
+        parts: list[tuple],
+        bounds: list[int],
+        dtype: torch.dtype,
+        order: torch.Tensor | None = None,
+    ):
+        self.layers, self.parts, self.order = layers, parts, order
         self.m = len(bounds) - 1
         self.slices = [slice(bounds[g], bounds[g + 1]) for g in range(self.m)]
         self.equal = len({bounds[g + 1] - bounds[g] for g in range(self.m)}) == 1
@@ -185,9 +194,75 @@ class LayerJacobian(LazyJacobian):
         return self if dtype == self.dtype else self.dense().to(dtype)
 
     @torch.no_grad()
-    def _write(self, out: torch.Tensor, previous: torch.Tensor | None, weight: float) -> torch.Tensor:
+    def factored(self, at: torch.Tensor) -> FactoredJacobian:
+        """This Jacobian as a :class:`FactoredJacobian` sampled at ``at`` (the flat point of the forward pass):
+        an ``nn.Linear`` weight of more outputs and inputs than the batch has rows keeps its rows' factors (and
+        its products W a_i, the layer's output less its bias); every other parameter is written out."""
+        offsets = self.layers.offsets
+        rows: dict[int, list | None] = {}  # None: written out, somewhere it is no low-rank weight gradient
+        for call, a, delta in self.parts:
+            module = call.module
+            if module.bias is not None:
+                rows[id(module.bias)] = None
+            calls = rows.setdefault(id(module.weight), [])
+            if type(module) is torch.nn.Linear and calls is not None:
+                out_features, in_features = module.weight.shape
+                a, delta = a.reshape(-1, in_features), delta.reshape(-1, out_features)
+                if a.shape[0] < min(out_features, in_features):
+                    calls.append((call, a, delta))
+                    continue
+            rows[id(module.weight)] = None
+        factored = {key: calls for key, calls in rows.items() if calls and key in offsets}
+        dense = self._dense_columns(set(factored))
+        group = torch.repeat_interleave(
+            torch.arange(self.m, device=self.device),
+            torch.tensor([s.stop - s.start for s in self.slices], device=self.device),
+        )
+        pieces: list[RowFactors | DenseColumns] = []
+        indicators: dict[int, torch.Tensor] = {}  # by the number of rows: the layers called once share one
+        for p in self.layers.params:
+            start = offsets[id(p)][0]
+            if id(p) not in factored:
+                pieces.append(DenseColumns(start, dense[id(p)]))
+                continue
+            parts = [(*self._products(call, a), delta) for call, a, delta in factored[id(p)]]
+            rows = [group.repeat_interleave(a.shape[0] // group.shape[0]) for a, _, _ in parts]
+            deltas, inputs, products = ([part[i] for part in parts] for i in (2, 0, 1))
+            deltas, inputs, products, rows = (
+                t[0] if len(t) == 1 else torch.cat(t) for t in (deltas, inputs, products, rows)
+            )
+            if rows.shape[0] not in indicators:
+                indicators[rows.shape[0]] = torch.nn.functional.one_hot(rows, self.m).to(self.dtype)
+            pieces.append(RowFactors(start, deltas, inputs, products, indicators[rows.shape[0]]))
+        return FactoredJacobian(self.m, self.layers.width, pieces, at)
+
+    def _products(self, call: _Call, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, W a_i for each of its rows): the layer's output, in group order, less its bias."""
+        output = call.output.detach()
+        output = (output if self.order is None else output[self.order]).to(self.dtype)
+        output = output.reshape(-1, output.shape[-1])
+        bias = call.module.bias
+        return a, output if bias is None else output - bias.detach().to(self.dtype)
+
+    def _dense_columns(self, skip: set[int]) -> dict[int, torch.Tensor]:
+        """(m, size) for every parameter not in ``skip``: its columns of J, written out (views of one buffer)."""
+        offsets = self.layers.offsets
+        kept = [p for p in self.layers.params if id(p) not in skip]
+        buffer = torch.empty(self.m, sum(p.numel() for p in kept), dtype=self.dtype, device=self.device)
+        columns, at = {}, 0
+        for p in kept:
+            columns[id(p)] = (offsets[id(p)][0], buffer[:, at : at + p.numel()])
+            at += p.numel()
+        self._write(buffer, None, 1.0, columns)
+        return {key: view for key, (_, view) in columns.items()}
+
+    @torch.no_grad()
+    def _write(
+        self, out: torch.Tensor, previous: torch.Tensor | None, weight: float, columns: dict | None = None
+    ) -> torch.Tensor:
         """Each group's gradient of each captured layer's weight and bias into their columns of ``out``, blended
-        with ``previous`` (None: weight is 1); a layer called again in the same forward pass adds its share."""
+        with ``previous`` (None: weight is 1); a layer called again in the same forward pass adds its share.
+        ``columns`` (id -> (offset, (m, size) view)): write those parameters only, each into its view."""
         offsets, written = self.layers.offsets, set()
         in_place = previous is out
         for call, a, delta in self.parts:
@@ -196,10 +271,10 @@ class LayerJacobian(LazyJacobian):
             if linear:  # rows of the batch times any further dimensions, as F.linear reads them
                 a, delta = a.reshape(a.shape[0], -1, a.shape[-1]), delta.reshape(delta.shape[0], -1, delta.shape[-1])
             for p in (module.weight, module.bias):
-                if p is None or id(p) not in offsets:
+                if p is None or id(p) not in (offsets if columns is None else columns):
                     continue
                 start, size = offsets[id(p)]
-                view = out[:, start : start + size].unflatten(1, p.shape)  # (m, *p.shape), in place
+                view = (out[:, start : start + size] if columns is None else columns[id(p)][1]).unflatten(1, p.shape)
                 first = id(p) not in written
                 if previous is None or not first:
                     before = None
@@ -219,7 +294,10 @@ class LayerJacobian(LazyJacobian):
                     torch.lerp(before, grads, weight, out=view)
             written.update(id(p) for p in (module.weight, module.bias) if p is not None and id(p) in offsets)
         for p in self.layers.params:  # reached by no captured call: a zero gradient
-            if id(p) not in written:
+            if columns is not None:
+                if id(p) in columns and id(p) not in written:
+                    columns[id(p)][1].zero_()
+            elif id(p) not in written:
                 start, size = offsets[id(p)]
                 if previous is None:
                     out[:, start : start + size].zero_()
@@ -277,6 +355,184 @@ class LayerJacobian(LazyJacobian):
         return torch.stack([grad(a[rows], shape, delta[rows], *options) for rows in self.slices])
 
 
+@encodable
+@dataclass
+class RowFactors:
+    """An ``nn.Linear`` weight's columns of a group Jacobian: group g's row is the flattened sum, over the rows
+    i of the batch in group g, of delta_i a_i^T (``deltas`` (N, out), ``inputs`` (N, in), ``groups`` (N, m) the
+    rows' groups, one-hot); ``products`` (N, out) holds W a_i at the point the Jacobian was sampled at."""
+
+    start: int
+    deltas: torch.Tensor
+    inputs: torch.Tensor
+    products: torch.Tensor
+    groups: torch.Tensor
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.deltas.shape[1] * self.inputs.shape[1]
+
+    def gram(self) -> torch.Tensor:
+        """(m, m): <J_g, J_h> = sum over i in g, j in h of (delta_i . delta_j)(a_i . a_j), by two N x N products
+        (N^2 (out + in) multiplications, where writing the rows J_g out costs N out in)."""
+        E = self.groups
+        return E.T @ ((self.deltas @ self.deltas.T) * (self.inputs @ self.inputs.T)) @ E
+
+    def times(self, w: torch.Tensor, at_sample: bool) -> torch.Tensor:
+        """(m,): J_g . W for W = w's columns here; at the sampled point W a_i is ``products`` (no product)."""
+        if at_sample:
+            products = self.products
+        else:
+            products = self.inputs @ w[self.start : self.stop].view(self.deltas.shape[1], -1).T
+        return self.groups.T @ (self.deltas * products).sum(1)
+
+    def combine(self, coefficients: torch.Tensor, out: torch.Tensor, y: torch.Tensor | None, gamma: float) -> None:
+        """sum_g c_g J_g into ``out`` (out x in), by one product of the rows' factors; with ``y`` (this piece of
+        the iterate), (1 - gamma) y + gamma sum_g c_g J_g, the same product."""
+        left = (self.deltas * (self.groups @ coefficients)[:, None]).T
+        if y is None:
+            torch.mm(left, self.inputs, out=out)
+        else:
+            torch.addmm(y, left, self.inputs, beta=1.0 - gamma, alpha=gamma, out=out)
+
+    def dense(self) -> torch.Tensor:
+        """(m, out * in): each group's rows J_g, written out."""
+        out = self.deltas.new_empty(self.groups.shape[1], self.stop - self.start)
+        for g, weights in enumerate(self.groups.T):
+            torch.mm((self.deltas * weights[:, None]).T, self.inputs, out=out[g].view(self.deltas.shape[1], -1))
+        return out
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.deltas, self.inputs, self.products
+
+
+@encodable
+@dataclass
+class DenseColumns:
+    """A parameter's columns of a group Jacobian, written out: ``values`` (m, size) from column ``start``."""
+
+    start: int
+    values: torch.Tensor
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.values.shape[1]
+
+    def gram(self) -> torch.Tensor:
+        return self.values @ self.values.T
+
+    def times(self, w: torch.Tensor, at_sample: bool) -> torch.Tensor:
+        return self.values @ w[self.start : self.stop]
+
+    def combine(self, coefficients: torch.Tensor, out: torch.Tensor, y: torch.Tensor | None, gamma: float) -> None:
+        out = out.reshape(-1)
+        torch.mv(self.values.T, coefficients, out=out)
+        if y is not None:
+            torch.lerp(y.reshape(-1), out, gamma, out=out)
+
+    def dense(self) -> torch.Tensor:
+        return self.values
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.values,)
+
+
+@encodable
+@dataclass
+class FactoredJacobian(LazyJacobian):
+    """An (m, width) Jacobian of group means kept as its parameters' pieces (:class:`RowFactors` for the low-rank
+    weight gradients of ``nn.Linear`` layers, :class:`DenseColumns` for the rest), sampled at the point ``at``.
+
+    What a tracker holds when it takes each update's sample whole (SCFW's beta = 1): the dual GLMO reads its
+    blocks' Gram matrices and V y from the pieces (:meth:`grams`, ``@``) and returns its point as a
+    :class:`FactoredPoint`, so that no (m, width) array is written.  Its tensors are a checkpoint's like any
+    state's.  ``at`` is the state's point itself, which no step changes in place."""
+
+    m: int
+    width: int
+    pieces: list
+    at: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:  # type: ignore[override]
+        return (self.m, self.width)
+
+    @property
+    def dtype(self) -> torch.dtype:  # type: ignore[override]
+        return self.at.dtype
+
+    def dense(self) -> torch.Tensor:
+        out = self.at.new_empty(self.shape)
+        for piece in self.pieces:
+            out[:, piece.start : piece.stop] = piece.dense()
+        return out
+
+    def blend(self, previous: torch.Tensor, weight: float, out: torch.Tensor) -> torch.Tensor:
+        return torch.lerp(previous, self.dense(), weight, out=out)
+
+    def __matmul__(self, w: torch.Tensor) -> torch.Tensor:
+        """J w for a flat w: the layers' products W a_i where w is the sampled point, one product a layer else."""
+        at = self.at
+        same = w.data_ptr() == at.data_ptr() and w.stride() == at.stride()
+        at_sample = w.shape == at.shape and (same or torch.equal(w, at))
+        return sum(piece.times(w, at_sample) for piece in self.pieces)
+
+    def grams(self, slices: list[slice]) -> torch.Tensor | None:
+        """(k, m, m): the Gram matrix of each block of columns, or None where a block splits a parameter."""
+        out = self.at.new_zeros(len(slices), self.m, self.m)
+        at = 0
+        for b, block in enumerate(slices):
+            if at == len(self.pieces) or self.pieces[at].start != block.start:
+                return None
+            while at < len(self.pieces) and self.pieces[at].stop <= block.stop:
+                out[b] += self.pieces[at].gram()
+                at += 1
+            if self.pieces[at - 1].stop != block.stop:
+                return None
+        return out
+
+    def norm(self) -> torch.Tensor:
+        return torch.sqrt(sum(torch.trace(piece.gram()) for piece in self.pieces))
+
+    def finite(self) -> bool:
+        return all_finite(*(t for piece in self.pieces for t in piece.tensors()))
+
+    def __mul__(self, factor: Any) -> torch.Tensor:
+        return self.dense() * factor
+
+    def to(self, dtype: torch.dtype) -> LazyJacobian | torch.Tensor:
+        return self if dtype == self.dtype else self.dense().to(dtype)
+
+
+class FactoredPoint:
+    """The flat point x with x_b = V_b^T a_b on each block b of columns, for V a :class:`FactoredJacobian`: the
+    dual GLMO's point, kept as its coefficients (k, m) so that a Frank-Wolfe step forms y + gamma (x - y) by one
+    product a layer (:meth:`lerp`) instead of writing x and then making a pass over both."""
+
+    def __init__(self, V: FactoredJacobian, coefficients: torch.Tensor, slices: list[slice], shape: tuple):
+        self.V, self.coefficients, self.slices, self.shape = V, coefficients, slices, shape
+
+    def dense(self) -> torch.Tensor:
+        return self._write(None, 0.0).reshape(self.shape)
+
+    def lerp(self, y: torch.Tensor, gamma: float) -> torch.Tensor:
+        """y + gamma (x - y), flat, without x."""
+        return self._write(y.reshape(-1), gamma)
+
+    def _write(self, y: torch.Tensor | None, gamma: float) -> torch.Tensor:
+        pieces, at = self.V.pieces, 0
+        x = self.V.at.new_empty(self.V.width)
+        for block, a in zip(self.slices, self.coefficients):
+            while at < len(pieces) and pieces[at].stop <= block.stop:
+                piece = pieces[at]
+                part = slice(piece.start, piece.stop)
+                view = x[part].view(-1, piece.inputs.shape[1]) if isinstance(piece, RowFactors) else x[part]
+                y_part = None if y is None else y[part].view(view.shape)
+                piece.combine(a, view, y_part, gamma)
+                at += 1
+        return x
+
+
 def _plain_padding(conv: torch.nn.Module) -> bool:
     """Whether the convolution pads its input with zeros by numbers, as its weight-gradient function does: a
     "reflect" mode pads the input before the call, and "same" is a string that function does not take (such a
@@ -284,4 +540,4 @@ def _plain_padding(conv: torch.nn.Module) -> bool:
     return conv.padding_mode == "zeros" and not isinstance(conv.padding, str)
 
 
-__all__ = ["LayerGradients", "LayerJacobian"]
+__all__ = ["LayerGradients", "LayerJacobian", "FactoredJacobian", "FactoredPoint", "RowFactors", "DenseColumns"]

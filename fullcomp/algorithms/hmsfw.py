@@ -9,6 +9,7 @@ from fullcomp import steps
 from fullcomp.algorithms.iterate import iterate
 from fullcomp.algorithms.method import Method, Plan, preset, register, solve
 from fullcomp.algorithms.tracked import TRACKING, TrackedReadout, line_search, numpy, schedule_of, tracked_model
+from fullcomp.autodiff import dense
 from fullcomp.errors import OptionError
 from fullcomp.glmo import ROUTES, build_glmo
 from fullcomp.model.composite import CompositeProblem
@@ -73,15 +74,23 @@ class Algorithm1:
         self.problem, self.hp, self.outer = problem, hp, problem.outer
         self.variant, self.exact = variant_key(hp["variant"]), hp["exact"]
         self.point = point = iterate(problem, run)
+        self.solver = build_glmo(self.outer, problem.domain, route=hp["glmo"], pool=hp["pool"], device=run.device)
+        factored = getattr(self.solver, "takes_factored", False)
         self.model = tracked_model(
-            problem, hp, run, layout=point.layout, variant=self.variant, clip=hp["clip"], exact=self.exact
+            problem,
+            hp,
+            run,
+            layout=point.layout,
+            variant=self.variant,
+            clip=hp["clip"],
+            exact=self.exact,
+            factored=factored,
         )
         self.schedule = schedule_of(hp, run, exact=self.exact, variant=self.variant, r_f=hp["r_f"], r_g=hp["r_g"])
         if self.exact and problem.stochastic and problem.full_batch is None:
             raise OptionError(
                 "exact=True on a stochastic problem needs CompositeProblem(full_batch=...) for the exact f"
             )
-        self.solver = build_glmo(self.outer, problem.domain, route=hp["glmo"], pool=hp["pool"], device=run.device)
         self.read = self.model.entries.read
         shift = 0.0 if hp["first_step"] == "auto" else steps.shift(hp["first_step"])
         start = vars(self.model.start(point.start()))
@@ -102,7 +111,8 @@ class Algorithm1:
         arguments = self.point.glmo_arguments(state)
         # A route that reads tensors gets the tracked V and y as they are: a float64 copy of a network's
         # Jacobian cost 11-15 ms of a 135 ms update.
-        V, y_in = (state.V, y) if getattr(self.solver, "takes_tensors", False) else (numpy(state.V), numpy(y))
+        V = state.V if getattr(self.solver, "takes_factored", False) else dense(state.V)
+        V, y_in = (V, y) if getattr(self.solver, "takes_tensors", False) else (numpy(V), numpy(y))
         res = self.solver.solve(z, V, y_in, self.tolerance(k), self.hp["max_pricing"], **arguments)
         objective = self.outer.value(z, numpy(y) if self.outer.depends_on_x else None)
         gaps = {"gap_estimate": objective - res.value, "glmo_gap": res.gap_bound, "pricing_calls": res.calls}

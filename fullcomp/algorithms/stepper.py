@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fullcomp.algorithms.method import _plain, planned, validated
+from fullcomp.autodiff import LazyJacobian
 from fullcomp.errors import CheckpointError, ModelError, OptionError
 from fullcomp.model.fingerprint import set_numbers
 from fullcomp.run.history import History
@@ -273,8 +274,9 @@ def _domain_of(problem: Any) -> str | None:
 def _check_shapes(template: Any, state: Any, where: str = "state") -> None:
     """A CheckpointError naming the first tensor of ``state`` whose shape differs from this run's."""
     if isinstance(template, torch.Tensor):
-        if not isinstance(state, torch.Tensor) or state.shape != template.shape:
-            got = tuple(state.shape) if isinstance(state, torch.Tensor) else type(state).__name__
+        sized = isinstance(state, (torch.Tensor, LazyJacobian))  # a Jacobian sample kept whole, as its factors
+        if not sized or tuple(state.shape) != tuple(template.shape):
+            got = tuple(state.shape) if sized else type(state).__name__
             raise CheckpointError(
                 f"the state_dict's {where} has shape {got}, this problem's {tuple(template.shape)}; it was saved "
                 "on another problem"

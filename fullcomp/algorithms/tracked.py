@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fullcomp.autodiff import dense
 from fullcomp.model.calculus import OuterCalculus
 from fullcomp.model.composite import CompositeProblem
 from fullcomp.oracles.tracked import HESSIAN_POINTS, JACOBIAN_TRACKERS, Tracked, TrackedModel
@@ -172,7 +173,7 @@ class TrackedReadout(Readout):
         return {f"q[{i}]": float(v) for i, v in enumerate(q)} if q.size <= WEIGHT_COLUMNS else {}
 
     def returned(self, state: Tracked) -> dict:
-        return {"V": state.V, "z": state.z}
+        return {"V": dense(state.V), "z": state.z}  # a sample kept as factors, written out
 
     def result(self, state: Tracked, history: History, info: dict) -> Result:
         """The Result, with ``weights`` when the final state's row evaluated them."""

@@ -22,10 +22,12 @@ import scipy.sparse as sp
 import torch
 
 from fullcomp import solvers
+from fullcomp.autodiff import LazyJacobian
 from fullcomp.errors import ModelError, OptionError, SolverError
 from fullcomp.glmo.base import GLMO, GLMOResult, Request, check_finite, target_gap
 from fullcomp.glmo.colgen import ColumnGenerationGLMO
 from fullcomp.glmo.master import ConicMaster
+from fullcomp.layerwise import FactoredJacobian, FactoredPoint
 from fullcomp.model.calculus import is_plain_max
 from fullcomp.model.composite import Outer
 from fullcomp.sets.atoms import DenseAtom
@@ -83,8 +85,10 @@ class DualBallGLMO(GLMO):
     """
 
     route = "dual"
-    #: hmsfw passes the tracked V and y as they are (no float64 copy): this route reads tensors.
+    #: hmsfw passes the tracked V and y as they are (no float64 copy): this route reads tensors, and a V kept
+    #: as its layers' factors (fullcomp.layerwise.FactoredJacobian).
     takes_tensors = True
+    takes_factored = True
 
     def __init__(self, outer: Outer, domain: Set, pool: int = 30, device: torch.device | str | None = None):
         if outer.depends_on_x:
@@ -102,6 +106,7 @@ class DualBallGLMO(GLMO):
         except (ImportError, AttributeError, KeyError, TypeError) as exc:
             raise ModelError(f"route='dual' cannot read F's conic form from CVXPY ({exc}); use 'colgen'") from exc
         self.outer, self.domain, self.blocks = outer, domain, blocks
+        self.slices = [s for s, _ in blocks]
         self.radii = np.array([r for _, r in blocks], dtype=np.float64)
         self.plain_max = is_plain_max(outer)
         self.pool, self.device = pool, device
@@ -114,6 +119,11 @@ class DualBallGLMO(GLMO):
 
     def _solve(self, z: Any, V: Any, y: Any, request: Request) -> GLMOResult:
         tol, max_calls, entries, start, revision, track = request
+        if isinstance(V, LazyJacobian):
+            grams = V.grams(self.slices) if entries is None and isinstance(V, FactoredJacobian) else None
+            if grams is None:  # on entries, or blocks that split a parameter: the array written out
+                return self._solve(z, V.dense(), y, request)
+            return self._solve_factored(z, V, y, grams, request)
         if entries is not None:
             return self._by_colgen(z, V, y, request)
         n, size = self.outer.n, self.domain.size
@@ -131,27 +141,53 @@ class DualBallGLMO(GLMO):
             )
         Vt = Vt.reshape(n, size)
         grams, Vy = self._grams(Vt, yt)
-        c = z - Vy
-        if not (np.isfinite(c).all() and np.isfinite(grams).all()):
+        if not (np.isfinite(z - Vy).all() and np.isfinite(grams).all()):
             check_finite(z, *(a.detach().cpu().double().numpy() for a in (Vt, yt)))
-        factors = _factors(grams)
         try:
-            v, q, u_solver = self._solve_program(c, factors)
+            coefficients, value, gap = self._in_m_dimensions(z - Vy, grams, RANK_TOL.get(Vt.dtype, RANK_TOL_LOW))
         except SolverError:  # Clarabel alone failed: column generation's master also tries SCS through CVXPY
             return self._by_colgen(z, V, y, request)
-        coefficients, norms = self._recover(q, v, grams, factors, RANK_TOL.get(Vt.dtype, RANK_TOL_LOW))
-        image = np.einsum("bij,bj->i", grams, coefficients)
-        value = self.outer.value(c + image)
-        lower = self._lower_bound(q, c, norms, u_solver, grams)
-        gap = max(value - lower, 0.0)
         x = self._point(Vt, coefficients)
-        self.q = q
         converged = bool(gap <= target_gap(tol, value))
         if not tensor:
             x = x.cpu().numpy().reshape(self.domain.shape)
             return GLMOResult(x, value, gap, 1, [DenseAtom(x)], np.ones(1), converged=converged)
         x = x.to(dtype).reshape(self.domain.shape)
         return GLMOResult(x, value, gap, 1, [], np.ones(0), converged=converged)
+
+    def _in_m_dimensions(self, c: np.ndarray, grams: np.ndarray, rank_tol: float) -> tuple[np.ndarray, float, float]:
+        """(each block's coefficients a_b, with x_b = V_b^T a_b; F(c + V x); its certified gap) from the Gram
+        matrices and c = z - V y alone."""
+        factors = _factors(grams)
+        v, q, u_solver = self._solve_program(c, factors)
+        coefficients, norms = self._recover(q, v, grams, factors, rank_tol)
+        value = self.outer.value(c + np.einsum("bij,bj->i", grams, coefficients))
+        lower = self._lower_bound(q, c, norms, u_solver, grams)
+        self.q = q
+        return coefficients, value, max(value - lower, 0.0)
+
+    def _solve_factored(self, z: Any, V: FactoredJacobian, y: Any, grams: torch.Tensor, request: Request) -> GLMOResult:
+        """The call on a V held as its layers' factors: the Gram matrices, V y and x from the factors (V y from
+        the layers' own products where y is the point V was sampled at), never the (m, d) array."""
+        n = self.outer.n
+        yt = _as_tensor(y).reshape(-1)
+        z = np.asarray(z.detach().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).reshape(-1)
+        if z.shape != (n,) or V.shape != (n, self.domain.size) or yt.shape != (self.domain.size,):
+            raise OptionError(
+                f"GLMO inputs must be z of size {n}, V of size {n}x{self.domain.size}, y of size "
+                f"{self.domain.size}; got z {z.shape}, V {V.shape}, y {tuple(yt.shape)}"
+            )
+        together = torch.cat([grams.reshape(-1), V @ yt]).double().cpu().numpy()
+        grams_np, c = together[: grams.numel()].reshape(grams.shape), z - together[grams.numel() :]
+        if not (np.isfinite(c).all() and np.isfinite(grams_np).all()):
+            check_finite(z, V.dense().detach().cpu().double().numpy(), yt.detach().cpu().double().numpy())
+        try:
+            coefficients, value, gap = self._in_m_dimensions(c, grams_np, RANK_TOL.get(V.dtype, RANK_TOL_LOW))
+        except SolverError:
+            return self._by_colgen(z, V.dense(), y, request)
+        a = torch.as_tensor(coefficients, dtype=V.dtype, device=V.at.device)
+        x = FactoredPoint(V, a, self.slices, self.domain.shape)
+        return GLMOResult(x, value, gap, 1, [], np.ones(0), converged=bool(gap <= target_gap(request.tol, value)))
 
     def _grams(self, V: torch.Tensor, y: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         """The blocks' Gram matrices V_b V_b^T and V y, in float64, from V in its dtype and on its device, brought

@@ -85,6 +85,10 @@ class TrackedModel:
     in_place : bool
         Blend a factored Jacobian sample (fc.optim's layer factors) into the state's own V, where the run
         reads no state once its successor exists (``run.in_place``); otherwise into a spare buffer.
+    factored : bool
+        Where the Jacobian tracker takes a sample of layer factors whole (beta = 1, as SCFW's), keep it as a
+        :class:`~fullcomp.layerwise.FactoredJacobian` instead of writing the (n, width) array: for a GLMO that
+        reads such a V (``takes_factored``).
 
     Notes
     -----
@@ -112,6 +116,7 @@ class TrackedModel:
         exact: bool = False,
         feed: Feed | None = None,
         in_place: bool = False,
+        factored: bool = False,
         **renamed: Any,
     ):
         for old, new in RENAMED.items():
@@ -131,7 +136,7 @@ class TrackedModel:
         self.problem, self.dtype, self.generator = problem, dtype, generator
         self.feed = Feed(generator) if feed is None else feed
         self.tracker, self.variant, self.clip, self.exact = tracker, variant, clip, exact
-        self.hessian_point, self.in_place = hessian_point, in_place
+        self.hessian_point, self.in_place, self.factored = hessian_point, in_place, factored
         self.entries = EntryMap(problem, device, layout)
         self.per_sample = getattr(problem, "per_sample", None)
         self.oracle: Any
@@ -205,6 +210,8 @@ class TrackedModel:
     def _track(self, state: Tracked, y_next: torch.Tensor, beta: float, k: int) -> tuple[Any, torch.Tensor, Revision]:
         """One sample at y_next; its value, the next Jacobian tracker and the tracker's revision."""
         V, y = state.V, state.y
+        if self.tracker != "polyak" and isinstance(V, LazyJacobian):
+            V = V.dense()
         if self.tracker == "storm":  # both Jacobians on one batch: the difference sees one sample
             xi = self.batch()
             value, jac = self.sample(y_next, k, xi)
@@ -212,6 +219,10 @@ class TrackedModel:
             return value, storm(V, dense(jac), dense(jac_previous), beta), Revision(k)
         value, jac = self.sample(y_next, k)
         if self.tracker == "polyak":
+            if beta == 1 and self.factored and hasattr(jac, "factored"):
+                return value, jac.factored(self.entries.read(y_next)), Revision(k)
+            if isinstance(V, LazyJacobian):  # a sample kept whole: written out, unless nothing of it is kept
+                V = V.dense() if beta != 1 else V.at.new_empty(V.shape)
             if isinstance(jac, BatchJacobian):  # on the sampled columns only, into the spare buffer
                 revision = Revision(k, state.revision.tag, 1 - beta, beta, jac)
                 return value, polyak(V, jac, beta, out=self._buffer(V)), revision

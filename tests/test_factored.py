@@ -1,0 +1,222 @@
+"""A sampled group Jacobian kept as its layers' factors (fullcomp.layerwise.FactoredJacobian): its Gram
+matrices, products and points against the written-out array and each group's own autograd gradient, the dual
+GLMO on it against CVXPY, and fc.optim.SCFW on it against the same loop on the array."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+
+import fullcomp as fc
+from fullcomp.glmo.dual import DualBallGLMO
+from fullcomp.layerwise import DenseColumns, FactoredJacobian, FactoredPoint, LayerGradients, RowFactors
+
+M = 3
+ROWS = 9  # fewer than the wide layers' inputs and outputs: their weight gradients are kept as factors
+
+
+class Shared(torch.nn.Module):
+    """A wide Linear layer called twice, then a narrow head (written out: 1 output)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(12, 12), torch.nn.Linear(12, 1)
+
+    def forward(self, X):
+        return self.b(torch.tanh(self.a(torch.tanh(self.a(X)))))
+
+
+class Mixed(torch.nn.Module):
+    """A convolution (written out), a Linear layer on (rows, steps, features) and a bias-free wide layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(2, 3, 3, padding=1)
+        self.steps = torch.nn.Linear(3, 40)
+        self.wide = torch.nn.Linear(40 * 4, 16, bias=False)
+        self.head = torch.nn.Linear(16, 1)
+
+    def forward(self, X):
+        h = torch.tanh(self.steps(torch.tanh(self.conv(X)).transpose(1, 2)))
+        return self.head(torch.tanh(self.wide(h.reshape(X.shape[0], -1))))
+
+
+NETWORKS = {
+    "mlp": (
+        lambda: torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)),
+        (20,),
+        1,
+    ),
+    "shared": (Shared, (12,), 1),  # its two calls' rows are one factor of 2 x 9 rows, below 12
+    "mixed": (Mixed, (2, 4), 1),  # the steps layer has 9 x 4 rows, more than its 3 inputs: written out
+}
+
+
+def sample(name: str, order: str = "shuffled"):
+    """A network's group Jacobian at its parameters, as LayerJacobian, with its losses and parameters."""
+    torch.manual_seed(0)
+    build, shape, _ = NETWORKS[name]
+    net = build().double()
+    X = torch.randn(ROWS, *shape, dtype=torch.float64)
+    groups = torch.arange(ROWS) % M
+    if order == "shuffled":
+        groups = groups[torch.randperm(ROWS, generator=torch.Generator().manual_seed(1))]
+    params = list(net.parameters())
+    layers = LayerGradients(params)
+    with layers.capture():
+        losses = torch.nn.functional.softplus(net(X).reshape(ROWS))
+    jac = layers.jacobian(fc.Grouped(losses, groups, M), torch.float64)
+    assert jac is not None
+    reference = []
+    for g in range(M):
+        again = torch.nn.functional.softplus(net(X[groups == g]).reshape(-1)).mean()
+        grads = torch.autograd.grad(again, params)
+        reference.append(torch.cat([d.reshape(-1) for d in grads]))
+    return jac, torch.stack(reference), params
+
+
+def flat(params: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def param_slices(params: list[torch.Tensor]) -> list[slice]:
+    bounds = np.cumsum([0, *(p.numel() for p in params)])
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+@pytest.mark.parametrize("order", ["shuffled", "sorted"])
+@pytest.mark.parametrize("name", sorted(NETWORKS))
+def test_the_factors_give_the_array_its_gram_matrices_products_and_points(name: str, order: str) -> None:
+    jac, want, params = sample(name, order)
+    at = flat(params)
+    V = jac.factored(at)
+    kinds = [type(piece) for piece in V.pieces]
+    assert RowFactors in kinds and DenseColumns in kinds
+    assert V.shape == tuple(want.shape) and V.finite()
+    torch.testing.assert_close(V.dense(), want, rtol=1e-10, atol=1e-12)  # each group's own gradient
+    slices = param_slices(params)
+    torch.testing.assert_close(V.grams(slices), torch.stack([want[:, s] @ want[:, s].T for s in slices]))
+    # V y at the sampled point from the layers' own outputs, anywhere else by a product a layer
+    torch.testing.assert_close(V @ at, want @ at, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(V @ at.clone(), want @ at, rtol=1e-10, atol=1e-12)
+    w = torch.randn(at.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(V @ w, want @ w, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(V.norm(), torch.linalg.norm(want))
+    # two blocks, the first of every parameter but the last: x_b = V_b^T a_b, and y + gamma (x - y)
+    blocks = [slice(0, slices[-1].start), slices[-1]]
+    a = torch.randn(2, M, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    x = torch.cat([want[:, s].T @ a_b for s, a_b in zip(blocks, a)])
+    point = FactoredPoint(V, a, blocks, tuple(at.shape))
+    torch.testing.assert_close(point.dense(), x, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(point.lerp(w, 0.3), torch.lerp(w, x, 0.3), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(V.grams(blocks)[0], want[:, blocks[0]] @ want[:, blocks[0]].T)
+    # a block that splits a parameter cannot be read from the factors
+    assert V.grams([slice(0, 1), slice(1, at.numel())]) is None
+
+
+def cvxpy_optimum(F, domain: fc.Set, z: np.ndarray, V: np.ndarray, y: np.ndarray) -> float:
+    x = cp.Variable(V.shape[1])
+    problem = cp.Problem(cp.Minimize(F(z + V @ (x - y))), domain.cvxpy_constraints(x))
+    problem.solve(solver=cp.CLARABEL)
+    return float(problem.value)
+
+
+@pytest.mark.parametrize("risk", ["max", "cvar"])
+def test_the_dual_glmo_on_the_factors_reaches_cvxpys_optimum(risk: str) -> None:
+    jac, want, params = sample("mlp")
+    at = flat(params)
+    V = jac.factored(at)
+    domain = fc.Product(*(fc.L2Ball(p.numel(), 0.5 + i) for i, p in enumerate(params)))
+    F = cp.max if risk == "max" else (lambda u: fc.cvar(u, 0.5))
+    glmo = fc.build_glmo(F(fc.inner_value(M)), domain)
+    assert isinstance(glmo, DualBallGLMO) and glmo.takes_factored
+    z = np.array([0.3, -0.2, 0.1])
+    res = glmo.solve(z, V, at)
+    assert isinstance(res.x, FactoredPoint)  # never written out by the GLMO
+    x = res.x.dense().numpy()
+    optimum = cvxpy_optimum(F, domain, z, want.numpy(), at.numpy())
+    assert domain.contains(x, tol=1e-9)
+    assert res.value == pytest.approx(glmo.outer.value(z + want.numpy() @ (x - at.numpy())), abs=1e-9)
+    assert abs(res.value - optimum) <= 1e-6 * max(1.0, abs(optimum))
+    assert 0.0 <= res.gap_bound <= 1e-6 and res.converged
+    dense = glmo.solve(z, want, at)  # the same call on the array
+    assert abs(dense.value - res.value) <= 1e-9
+    np.testing.assert_allclose(x, dense.x.numpy(), atol=1e-6)
+    # blocks that split a parameter: the array is written out and the answer is the same
+    split = fc.Product(fc.L2Ball(5, 1.0), fc.L2Ball(at.numel() - 5, 2.0))
+    glmo = fc.build_glmo(cp.max(fc.inner_value(M)), split)
+    res, dense = glmo.solve(z, V, at), glmo.solve(z, want, at)
+    assert torch.is_tensor(res.x) and abs(res.value - dense.value) <= 1e-12
+
+
+def loop(method, initial, domain, steps, factored=True, resume_at=None, monkeypatch=None, **options):
+    """fc.optim's loop on balanced groups; with ``resume_at``, saved there by torch.save and resumed in a fresh
+    model and optimizer.  The parameters at the end, and the types of the tracked V along the way."""
+    if monkeypatch is not None and not factored:
+        monkeypatch.setattr(DualBallGLMO, "takes_factored", False)
+    gen = torch.Generator().manual_seed(5)
+    X, y = torch.randn(steps, 3 * 8, 20, dtype=torch.float64, generator=gen), torch.rand(steps, 3 * 8, generator=gen)
+    groups = torch.arange(3 * 8) // 8
+    net = copy.deepcopy(initial)
+    opt = method(net.parameters(), cp.max(fc.inner_value(M)), domain, **options)
+    kinds = []
+    for k in range(steps):
+        if k == resume_at:
+            buffer = io.BytesIO()
+            torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, buffer)
+            buffer.seek(0)
+            saved = torch.load(buffer, weights_only=True)
+            net = copy.deepcopy(initial)
+            net.load_state_dict(saved["model"])
+            opt = method(net.parameters(), cp.max(fc.inner_value(M)), domain, **options)
+            opt.load_state_dict(saved["opt"])
+        opt.step(lambda k=k, net=net: fc.Grouped((net(X[k]).reshape(-1) - y[k]) ** 2, groups, M))
+        kinds.append(type(opt.stepper.state.V))
+    return flat(list(net.parameters())), kinds
+
+
+@pytest.fixture
+def wide():
+    torch.manual_seed(0)
+    initial = torch.nn.Sequential(torch.nn.Linear(20, 30), torch.nn.Tanh(), torch.nn.Linear(30, 1)).double()
+    domain = fc.layer_domains(initial, "l2", factor=2.0)
+    fc.make_feasible(initial, domain)
+    return initial, domain
+
+
+def test_scfw_keeps_each_sample_as_factors_and_takes_the_arrays_steps(wide, monkeypatch) -> None:
+    initial, domain = wide
+    factored, kinds = loop(fc.optim.SCFW, initial, domain, 6)
+    assert kinds == [FactoredJacobian] * 6
+    dense, kinds = loop(fc.optim.SCFW, initial, domain, 6, factored=False, monkeypatch=monkeypatch)
+    assert kinds == [torch.Tensor] * 6
+    # the GLMO is certified to its tolerance, not to the last bit: iterates agree to it
+    torch.testing.assert_close(factored, dense, rtol=1e-6, atol=1e-8)
+
+
+def test_scfw_on_factors_resumes_bit_for_bit(wide) -> None:
+    initial, domain = wide
+    straight, _ = loop(fc.optim.SCFW, initial, domain, 6)
+    resumed, kinds = loop(fc.optim.SCFW, initial, domain, 6, resume_at=3)
+    assert kinds[-1] is FactoredJacobian and torch.equal(resumed, straight)
+
+
+def test_a_tracker_that_keeps_part_of_a_factored_sample_writes_it_out(wide, monkeypatch) -> None:
+    """beta = 1 at the first two steps (the samples kept as factors), then 1/2: the Polyak tracker blends the
+    written-out sample; rho = 1/2 from the second step, where the Taylor tracker's product with a factored V is
+    a product a layer.  (A step k reads beta and rho at k + 1.)"""
+    initial, domain = wide
+
+    def schedule(k: int) -> tuple[float, float, float]:
+        return 2.0 / (k + 2), 1.0 if k < 3 else 0.5, 1.0 if k < 2 else 0.5
+
+    options = {"schedule": schedule}
+    factored, kinds = loop(fc.optim.HMSFW, initial, domain, 5, **options)
+    assert kinds == [FactoredJacobian, FactoredJacobian, torch.Tensor, torch.Tensor, torch.Tensor]
+    dense, _ = loop(fc.optim.HMSFW, initial, domain, 5, factored=False, monkeypatch=monkeypatch, **options)
+    torch.testing.assert_close(factored, dense, rtol=1e-6, atol=1e-8)
