@@ -61,6 +61,7 @@ class LayerGradients:
         self.enabled = True
         self.rows_checked = False
         self.calls: list[_Call] = []
+        self.indicators: dict[tuple, torch.Tensor] = {}  # see LayerJacobian._groups
 
     @contextmanager
     def capture(self) -> Iterator[None]:
@@ -194,10 +195,11 @@ class LayerJacobian(LazyJacobian):
         return self if dtype == self.dtype else self.dense().to(dtype)
 
     @torch.no_grad()
-    def factored(self, at: torch.Tensor) -> FactoredJacobian:
+    def factored(self, at: torch.Tensor) -> FactoredJacobian | None:
         """This Jacobian as a :class:`FactoredJacobian` sampled at ``at`` (the flat point of the forward pass):
         an ``nn.Linear`` weight of more outputs and inputs than the batch has rows keeps its rows' factors (and
-        its products W a_i, the layer's output less its bias); every other parameter is written out."""
+        its products W a_i, the layer's output less its bias); every other parameter is written out.  None where
+        no weight is kept as factors (a network of convolutions and narrow layers): the array is the cheaper."""
         offsets = self.layers.offsets
         rows: dict[int, list | None] = {}  # None: written out, somewhere it is no low-rank weight gradient
         for call, a, delta in self.parts:
@@ -213,36 +215,41 @@ class LayerJacobian(LazyJacobian):
                     continue
             rows[id(module.weight)] = None
         factored = {key: calls for key, calls in rows.items() if calls and key in offsets}
+        if not factored:
+            return None
         dense = self._dense_columns(set(factored))
-        group = torch.repeat_interleave(
-            torch.arange(self.m, device=self.device),
-            torch.tensor([s.stop - s.start for s in self.slices], device=self.device),
-        )
         pieces: list[RowFactors | DenseColumns] = []
-        indicators: dict[int, torch.Tensor] = {}  # by the number of rows: the layers called once share one
         for p in self.layers.params:
             start = offsets[id(p)][0]
             if id(p) not in factored:
                 pieces.append(DenseColumns(start, dense[id(p)]))
                 continue
-            parts = [(*self._products(call, a), delta) for call, a, delta in factored[id(p)]]
-            rows = [group.repeat_interleave(a.shape[0] // group.shape[0]) for a, _, _ in parts]
-            deltas, inputs, products = ([part[i] for part in parts] for i in (2, 0, 1))
-            deltas, inputs, products, rows = (
-                t[0] if len(t) == 1 else torch.cat(t) for t in (deltas, inputs, products, rows)
-            )
-            if rows.shape[0] not in indicators:
-                indicators[rows.shape[0]] = torch.nn.functional.one_hot(rows, self.m).to(self.dtype)
-            pieces.append(RowFactors(start, deltas, inputs, products, indicators[rows.shape[0]]))
+            parts = [(a, self._products(call), delta, self._groups(a.shape[0])) for call, a, delta in factored[id(p)]]
+            fields = ([part[i] for part in parts] for i in (2, 0, 1, 3))  # deltas, inputs, products, groups
+            pieces.append(RowFactors(start, *(t[0] if len(t) == 1 else torch.cat(t) for t in fields)))
         return FactoredJacobian(self.m, self.layers.width, pieces, at)
 
-    def _products(self, call: _Call, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(a, W a_i for each of its rows): the layer's output, in group order, less its bias."""
+    def _groups(self, rows: int) -> torch.Tensor:
+        """(rows, m): the groups of a layer input's rows (the batch's, each repeated for the input's further
+        dimensions), one-hot; kept on the layers for the next batches of these group sizes."""
+        counts = tuple(s.stop - s.start for s in self.slices)
+        key = (counts, rows, self.dtype, self.device)
+        cache = self.layers.indicators
+        if key not in cache:
+            if len(cache) >= 8:  # batches of other group sizes (a data set's last batch) come and go
+                cache.clear()
+            group = torch.repeat_interleave(torch.arange(self.m), torch.tensor(counts))
+            group = group.repeat_interleave(rows // sum(counts)).to(self.device)
+            cache[key] = torch.nn.functional.one_hot(group, self.m).to(self.dtype)
+        return cache[key]
+
+    def _products(self, call: _Call) -> torch.Tensor:
+        """W a_i for each row of the call's input: its output, in group order, less its bias."""
         output = call.output.detach()
         output = (output if self.order is None else output[self.order]).to(self.dtype)
         output = output.reshape(-1, output.shape[-1])
         bias = call.module.bias
-        return a, output if bias is None else output - bias.detach().to(self.dtype)
+        return output if bias is None else output - bias.detach().to(self.dtype)
 
     def _dense_columns(self, skip: set[int]) -> dict[int, torch.Tensor]:
         """(m, size) for every parameter not in ``skip``: its columns of J, written out (views of one buffer)."""

@@ -160,7 +160,9 @@ def loop(method, initial, domain, steps, factored=True, resume_at=None, monkeypa
     if monkeypatch is not None and not factored:
         monkeypatch.setattr(DualBallGLMO, "takes_factored", False)
     gen = torch.Generator().manual_seed(5)
-    X, y = torch.randn(steps, 3 * 8, 20, dtype=torch.float64, generator=gen), torch.rand(steps, 3 * 8, generator=gen)
+    features = initial[0].in_features
+    X = torch.randn(steps, 3 * 8, features, dtype=torch.float64, generator=gen)
+    y = torch.rand(steps, 3 * 8, generator=gen)
     groups = torch.arange(3 * 8) // 8
     net = copy.deepcopy(initial)
     opt = method(net.parameters(), cp.max(fc.inner_value(M)), domain, **options)
@@ -183,7 +185,7 @@ def loop(method, initial, domain, steps, factored=True, resume_at=None, monkeypa
 @pytest.fixture
 def wide():
     torch.manual_seed(0)
-    initial = torch.nn.Sequential(torch.nn.Linear(20, 30), torch.nn.Tanh(), torch.nn.Linear(30, 1)).double()
+    initial = torch.nn.Sequential(torch.nn.Linear(40, 30), torch.nn.Tanh(), torch.nn.Linear(30, 1)).double()
     domain = fc.layer_domains(initial, "l2", factor=2.0)
     fc.make_feasible(initial, domain)
     return initial, domain
@@ -220,3 +222,37 @@ def test_a_tracker_that_keeps_part_of_a_factored_sample_writes_it_out(wide, monk
     assert kinds == [FactoredJacobian, FactoredJacobian, torch.Tensor, torch.Tensor, torch.Tensor]
     dense, _ = loop(fc.optim.HMSFW, initial, domain, 5, factored=False, monkeypatch=monkeypatch, **options)
     torch.testing.assert_close(factored, dense, rtol=1e-6, atol=1e-8)
+
+
+def test_a_network_without_a_wide_linear_layer_keeps_the_array(monkeypatch) -> None:
+    """No weight gradient of lower rank than its shape (a convolution, a one-output head): nothing to gain."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(40, 2), torch.nn.Tanh(), torch.nn.Linear(2, 1)).double()
+    domain = fc.layer_domains(net, "l2", factor=2.0)
+    fc.make_feasible(net, domain)
+    _, kinds = loop(fc.optim.SCFW, net, domain, 2)
+    assert kinds == [torch.Tensor] * 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_factors_give_the_cpu_answer_on_the_device() -> None:
+    jac, want, params = sample("mlp")
+    torch.manual_seed(0)  # the network and batch of sample("mlp"), on the device
+    build, shape, _ = NETWORKS["mlp"]
+    gpu = build().double().cuda()
+    X = torch.randn(ROWS, *shape, dtype=torch.float64).cuda()
+    assert torch.equal(flat(list(gpu.parameters())).cpu(), flat(params))
+    groups = (torch.arange(ROWS) % M)[torch.randperm(ROWS, generator=torch.Generator().manual_seed(1))].cuda()
+    layers = LayerGradients(list(gpu.parameters()))
+    with layers.capture():
+        losses = torch.nn.functional.softplus(gpu(X).reshape(ROWS))
+    V = layers.jacobian(fc.Grouped(losses, groups, M), torch.float64).factored(flat(list(gpu.parameters())))
+    assert V is not None and V.at.device.type == "cuda"
+    torch.testing.assert_close(V.dense().cpu(), want, rtol=1e-10, atol=1e-12)
+    domain = fc.Product(*(fc.L2Ball(p.numel(), 1.0) for p in params))
+    glmo = fc.build_glmo(cp.max(fc.inner_value(M)), domain)
+    z = np.array([0.3, -0.2, 0.1])
+    res, cpu = glmo.solve(z, V, V.at), glmo.solve(z, want, flat(params))
+    x = res.x.dense()
+    assert x.device.type == "cuda" and abs(res.value - cpu.value) <= 1e-8
+    torch.testing.assert_close(x.cpu(), cpu.x, rtol=0, atol=1e-6)

@@ -219,8 +219,9 @@ class TrackedModel:
             return value, storm(V, dense(jac), dense(jac_previous), beta), Revision(k)
         value, jac = self.sample(y_next, k)
         if self.tracker == "polyak":
-            if beta == 1 and self.factored and hasattr(jac, "factored"):
-                return value, jac.factored(self.entries.read(y_next)), Revision(k)
+            factored = self._factored(jac, y_next, beta)
+            if factored is not None:
+                return value, factored, Revision(k)
             if isinstance(V, LazyJacobian):  # a sample kept whole: written out, unless nothing of it is kept
                 V = V.dense() if beta != 1 else V.at.new_empty(V.shape)
             if isinstance(jac, BatchJacobian):  # on the sampled columns only, into the spare buffer
@@ -237,6 +238,13 @@ class TrackedModel:
         step = read(y_next) - read(y)
         correction = weight * self._contraction(read(y) + alpha * step, step, k)
         return value, hessian_corrected(V, dense(jac), correction, beta), Revision(k)
+
+    def _factored(self, jac: Any, y_next: torch.Tensor, beta: float) -> Any:
+        """The sample as its layers' factors, where the tracker keeps it whole (beta = 1) for a GLMO that reads
+        them and some layer's factors are the cheaper; else None."""
+        if beta != 1 or not self.factored or not hasattr(jac, "factored"):
+            return None
+        return jac.factored(self.entries.read(y_next))
 
     def _advance_rows(self, state: Tracked, y_next: torch.Tensor, beta: float, rho: float, k: int) -> dict:
         """The fields of the model at y_next on a ``fc.PerSample`` problem: V, z and sample changed on the
