@@ -253,15 +253,14 @@ class LayerJacobian(LazyJacobian):
 
     def _dense_columns(self, skip: set[int]) -> dict[int, torch.Tensor]:
         """(m, size) for every parameter not in ``skip``: its columns of J, written out (views of one buffer)."""
-        offsets = self.layers.offsets
         kept = [p for p in self.layers.params if id(p) not in skip]
         buffer = torch.empty(self.m, sum(p.numel() for p in kept), dtype=self.dtype, device=self.device)
         columns, at = {}, 0
         for p in kept:
-            columns[id(p)] = (offsets[id(p)][0], buffer[:, at : at + p.numel()])
+            columns[id(p)] = buffer[:, at : at + p.numel()]
             at += p.numel()
         self._write(buffer, None, 1.0, columns)
-        return {key: view for key, (_, view) in columns.items()}
+        return columns
 
     @torch.no_grad()
     def _write(
@@ -269,7 +268,7 @@ class LayerJacobian(LazyJacobian):
     ) -> torch.Tensor:
         """Each group's gradient of each captured layer's weight and bias into their columns of ``out``, blended
         with ``previous`` (None: weight is 1); a layer called again in the same forward pass adds its share.
-        ``columns`` (id -> (offset, (m, size) view)): write those parameters only, each into its view."""
+        ``columns`` (id -> (m, size) view): write those parameters only, each into its view."""
         offsets, written = self.layers.offsets, set()
         in_place = previous is out
         for call, a, delta in self.parts:
@@ -281,7 +280,7 @@ class LayerJacobian(LazyJacobian):
                 if p is None or id(p) not in (offsets if columns is None else columns):
                     continue
                 start, size = offsets[id(p)]
-                view = (out[:, start : start + size] if columns is None else columns[id(p)][1]).unflatten(1, p.shape)
+                view = (out[:, start : start + size] if columns is None else columns[id(p)]).unflatten(1, p.shape)
                 first = id(p) not in written
                 if previous is None or not first:
                     before = None
@@ -303,7 +302,7 @@ class LayerJacobian(LazyJacobian):
         for p in self.layers.params:  # reached by no captured call: a zero gradient
             if columns is not None:
                 if id(p) in columns and id(p) not in written:
-                    columns[id(p)][1].zero_()
+                    columns[id(p)].zero_()
             elif id(p) not in written:
                 start, size = offsets[id(p)]
                 if previous is None:
@@ -506,9 +505,6 @@ class FactoredJacobian(LazyJacobian):
 
     def __mul__(self, factor: Any) -> torch.Tensor:
         return self.dense() * factor
-
-    def to(self, dtype: torch.dtype) -> LazyJacobian | torch.Tensor:
-        return self if dtype == self.dtype else self.dense().to(dtype)
 
 
 class FactoredPoint:
