@@ -197,24 +197,25 @@ class LayerJacobian(LazyJacobian):
     @torch.no_grad()
     def factored(self, at: torch.Tensor) -> FactoredJacobian | None:
         """This Jacobian as a :class:`FactoredJacobian` sampled at ``at`` (the flat point of the forward pass):
-        an ``nn.Linear`` weight of more outputs and inputs than the batch has rows keeps its rows' factors (and
-        its products W a_i, the layer's output less its bias); every other parameter is written out.  None where
+        an ``nn.Linear`` weight of more outputs and inputs than the rows its calls read together keeps those
+        rows' factors (and W a_i, the layer's output less its bias); every other parameter is written out.  None where
         no weight is kept as factors (a network of convolutions and narrow layers): the array is the cheaper."""
         offsets = self.layers.offsets
-        rows: dict[int, list | None] = {}  # None: written out, somewhere it is no low-rank weight gradient
+        linear: dict[int, list | None] = {}  # a weight's nn.Linear calls; None: it is somewhere else too
         for call, a, delta in self.parts:
             module = call.module
             if module.bias is not None:
-                rows[id(module.bias)] = None
-            calls = rows.setdefault(id(module.weight), [])
+                linear[id(module.bias)] = None
+            calls = linear.setdefault(id(module.weight), [])
             if type(module) is torch.nn.Linear and calls is not None:
-                out_features, in_features = module.weight.shape
-                a, delta = a.reshape(-1, in_features), delta.reshape(-1, out_features)
-                if a.shape[0] < min(out_features, in_features):
-                    calls.append((call, a, delta))
-                    continue
-            rows[id(module.weight)] = None
-        factored = {key: calls for key, calls in rows.items() if calls and key in offsets}
+                calls.append((call, a.reshape(-1, a.shape[-1]), delta.reshape(-1, delta.shape[-1])))
+            else:
+                linear[id(module.weight)] = None
+        factored = {
+            key: calls
+            for key, calls in linear.items()
+            if calls and key in offsets and sum(a.shape[0] for _, a, _ in calls) < min(calls[0][0].module.weight.shape)
+        }
         if not factored:
             return None
         dense = self._dense_columns(set(factored))

@@ -25,7 +25,7 @@ class Shared(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.a, self.b = torch.nn.Linear(12, 12), torch.nn.Linear(12, 1)
+        self.a, self.b = torch.nn.Linear(24, 24), torch.nn.Linear(24, 1)
 
     def forward(self, X):
         return self.b(torch.tanh(self.a(torch.tanh(self.a(X)))))
@@ -47,20 +47,16 @@ class Mixed(torch.nn.Module):
 
 
 NETWORKS = {
-    "mlp": (
-        lambda: torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)),
-        (20,),
-        1,
-    ),
-    "shared": (Shared, (12,), 1),  # its two calls' rows are one factor of 2 x 9 rows, below 12
-    "mixed": (Mixed, (2, 4), 1),  # the steps layer has 9 x 4 rows, more than its 3 inputs: written out
+    "mlp": (lambda: torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)), (20,)),
+    "shared": (Shared, (24,)),  # its two calls' rows make one factor of 2 x 9 rows, fewer than its 24 features
+    "mixed": (Mixed, (2, 4)),  # the steps layer has 9 x 4 rows, more than its 3 inputs: written out
 }
 
 
 def sample(name: str, order: str = "shuffled"):
     """A network's group Jacobian at its parameters, as LayerJacobian, with its losses and parameters."""
     torch.manual_seed(0)
-    build, shape, _ = NETWORKS[name]
+    build, shape = NETWORKS[name]
     net = build().double()
     X = torch.randn(ROWS, *shape, dtype=torch.float64)
     groups = torch.arange(ROWS) % M
@@ -238,7 +234,7 @@ def test_a_network_without_a_wide_linear_layer_keeps_the_array(monkeypatch) -> N
 def test_on_cuda_the_factors_give_the_cpu_answer_on_the_device() -> None:
     jac, want, params = sample("mlp")
     torch.manual_seed(0)  # the network and batch of sample("mlp"), on the device
-    build, shape, _ = NETWORKS["mlp"]
+    build, shape = NETWORKS["mlp"]
     gpu = build().double().cuda()
     X = torch.randn(ROWS, *shape, dtype=torch.float64).cuda()
     assert torch.equal(flat(list(gpu.parameters())).cpu(), flat(params))
@@ -256,3 +252,16 @@ def test_on_cuda_the_factors_give_the_cpu_answer_on_the_device() -> None:
     x = res.x.dense()
     assert x.device.type == "cuda" and abs(res.value - cpu.value) <= 1e-8
     torch.testing.assert_close(x.cpu(), cpu.x, rtol=0, atol=1e-6)
+
+
+def test_a_layer_called_on_more_rows_than_its_features_is_written_out() -> None:
+    """Called twice on 9 rows, a 12 x 12 layer's gradient has rank up to 12: its 18 rows' factors cost more."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(12, 12).double()
+    X = torch.randn(ROWS, 12, dtype=torch.float64)
+    groups = torch.arange(ROWS) % M
+    layers = LayerGradients(list(net.parameters()))
+    with layers.capture():
+        losses = torch.nn.functional.softplus(net(torch.tanh(net(X))).sum(1))
+    jac = layers.jacobian(fc.Grouped(losses, groups, M), torch.float64)
+    assert jac is not None and jac.factored(flat(list(net.parameters()))) is None
