@@ -47,9 +47,9 @@ def flat_losses(net: torch.nn.Module, X: torch.Tensor) -> torch.Tensor:
 class Shared(torch.nn.Module):
     """One Linear layer called twice in the forward pass."""
 
-    def __init__(self):
+    def __init__(self, width: int = 5):
         super().__init__()
-        self.a, self.b = torch.nn.Linear(5, 5), torch.nn.Linear(5, 1)
+        self.a, self.b = torch.nn.Linear(width, width), torch.nn.Linear(width, 1)
 
     def forward(self, X):
         return self.b(torch.tanh(self.a(torch.tanh(self.a(X)))))

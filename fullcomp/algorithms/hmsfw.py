@@ -75,7 +75,7 @@ class Algorithm1:
         self.variant, self.exact = variant_key(hp["variant"]), hp["exact"]
         self.point = point = iterate(problem, run)
         self.solver = build_glmo(self.outer, problem.domain, route=hp["glmo"], pool=hp["pool"], device=run.device)
-        factored = getattr(self.solver, "takes_factored", False)
+        self.factored = getattr(self.solver, "takes_factored", False)  # it reads a V kept as layer factors
         self.model = tracked_model(
             problem,
             hp,
@@ -84,7 +84,7 @@ class Algorithm1:
             variant=self.variant,
             clip=hp["clip"],
             exact=self.exact,
-            factored=factored,
+            factored=self.factored,
         )
         self.schedule = schedule_of(hp, run, exact=self.exact, variant=self.variant, r_f=hp["r_f"], r_g=hp["r_g"])
         if self.exact and problem.stochastic and problem.full_batch is None:
@@ -111,7 +111,7 @@ class Algorithm1:
         arguments = self.point.glmo_arguments(state)
         # A route that reads tensors gets the tracked V and y as they are: a float64 copy of a network's
         # Jacobian cost 11-15 ms of a 135 ms update.
-        V = state.V if getattr(self.solver, "takes_factored", False) else dense(state.V)
+        V = state.V if self.factored else dense(state.V)
         V, y_in = (V, y) if getattr(self.solver, "takes_tensors", False) else (numpy(V), numpy(y))
         res = self.solver.solve(z, V, y_in, self.tolerance(k), self.hp["max_pricing"], **arguments)
         objective = self.outer.value(z, numpy(y) if self.outer.depends_on_x else None)

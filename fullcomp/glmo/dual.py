@@ -123,7 +123,7 @@ class DualBallGLMO(GLMO):
             grams = V.grams(self.slices) if entries is None and isinstance(V, FactoredJacobian) else None
             if grams is None:  # on entries, or blocks that split a parameter: the array written out
                 return self._solve(z, V.dense(), y, request)
-            return self._solve_factored(z, V, y, grams, request)
+            return self._solve_factored(z, V, _as_tensor(y).reshape(-1), grams, request)
         if entries is not None:
             return self._by_colgen(z, V, y, request)
         n, size = self.outer.n, self.domain.size
@@ -133,12 +133,7 @@ class DualBallGLMO(GLMO):
         if Vt.dtype != dtype or (Vt.device.type == "cpu" and dtype not in (torch.float32, torch.float64)):
             Vt = Vt.to(torch.float32 if dtype in (torch.float16, torch.bfloat16) else torch.float64)  # numpy's types
         yt = _as_tensor(y).to(device=Vt.device, dtype=Vt.dtype).reshape(-1)
-        z = np.asarray(z.detach().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).reshape(-1)
-        if z.shape != (n,) or yt.shape != (size,) or Vt.numel() != n * size:
-            raise OptionError(
-                f"GLMO inputs must be z of size {n}, V of size {n}x{size}, y of size {size}; "
-                f"got z {z.shape}, V {tuple(Vt.shape)}, y {tuple(yt.shape)}"
-            )
+        z = self._checked_z(z, tuple(Vt.shape), yt)
         Vt = Vt.reshape(n, size)
         grams, Vy = self._grams(Vt, yt)
         if not (np.isfinite(z - Vy).all() and np.isfinite(grams).all()):
@@ -166,17 +161,23 @@ class DualBallGLMO(GLMO):
         self.q = q
         return coefficients, value, max(value - lower, 0.0)
 
-    def _solve_factored(self, z: Any, V: FactoredJacobian, y: Any, grams: torch.Tensor, request: Request) -> GLMOResult:
+    def _checked_z(self, z: Any, V_shape: tuple, y: torch.Tensor) -> np.ndarray:
+        """z in float64, once z, V and y are checked to have F's and the domain's sizes."""
+        n, size = self.outer.n, self.domain.size
+        z = np.asarray(z.detach().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).reshape(-1)
+        if z.shape != (n,) or y.shape != (size,) or int(np.prod(V_shape)) != n * size:
+            raise OptionError(
+                f"GLMO inputs must be z of size {n}, V of size {n}x{size}, y of size {size}; "
+                f"got z {z.shape}, V {tuple(V_shape)}, y {tuple(y.shape)}"
+            )
+        return z
+
+    def _solve_factored(
+        self, z: Any, V: FactoredJacobian, yt: torch.Tensor, grams: torch.Tensor, request: Request
+    ) -> GLMOResult:
         """The call on a V held as its layers' factors: the Gram matrices, V y and x from the factors (V y from
         the layers' own products where y is the point V was sampled at), never the (m, d) array."""
-        n = self.outer.n
-        yt = _as_tensor(y).reshape(-1)
-        z = np.asarray(z.detach().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).reshape(-1)
-        if z.shape != (n,) or V.shape != (n, self.domain.size) or yt.shape != (self.domain.size,):
-            raise OptionError(
-                f"GLMO inputs must be z of size {n}, V of size {n}x{self.domain.size}, y of size "
-                f"{self.domain.size}; got z {z.shape}, V {V.shape}, y {tuple(yt.shape)}"
-            )
+        z = self._checked_z(z, V.shape, yt)
         together = torch.cat([grams.reshape(-1), V @ yt]).double().cpu().numpy()
         grams_np, c = together[: grams.numel()].reshape(grams.shape), z - together[grams.numel() :]
         if not (np.isfinite(c).all() and np.isfinite(grams_np).all()):
@@ -184,7 +185,7 @@ class DualBallGLMO(GLMO):
         try:
             coefficients, value, gap = self._in_m_dimensions(c, grams_np, RANK_TOL.get(V.dtype, RANK_TOL_LOW))
         except SolverError:
-            return self._by_colgen(z, V.dense(), y, request)
+            return self._by_colgen(z, V.dense(), yt, request)
         a = torch.as_tensor(coefficients, dtype=V.dtype, device=V.at.device)
         x = FactoredPoint(V, a, self.slices, self.domain.shape)
         return GLMOResult(x, value, gap, 1, [], np.ones(0), converged=bool(gap <= target_gap(request.tol, value)))

@@ -210,8 +210,6 @@ class TrackedModel:
     def _track(self, state: Tracked, y_next: torch.Tensor, beta: float, k: int) -> tuple[Any, torch.Tensor, Revision]:
         """One sample at y_next; its value, the next Jacobian tracker and the tracker's revision."""
         V, y = state.V, state.y
-        if self.tracker != "polyak" and isinstance(V, LazyJacobian):
-            V = V.dense()
         if self.tracker == "storm":  # both Jacobians on one batch: the difference sees one sample
             xi = self.batch()
             value, jac = self.sample(y_next, k, xi)
