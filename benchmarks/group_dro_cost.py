@@ -117,8 +117,9 @@ def run(name: str, build: Callable, shape: tuple[int, ...], steps: int, rounds: 
 
 
 def passes(repeats: int = 100) -> dict:
-    """Each pass an MLP update makes over its tracked 4 x 665,089 Jacobian, timed alone on arrays of its shapes:
-    what an update costs besides the forward and backward passes, the m x m program and the method's Python."""
+    """Each pass an HMSFW update makes over the MLP's tracked 4 x 665,089 Jacobian, timed alone on arrays of its
+    shapes: what an update costs besides the forward and backward passes, the m x m program and the method's
+    Python.  V y takes none: the tracker keeps it by its recursion (``Revision.image``)."""
     from fullcomp.glmo.dual import _gram
 
     net = mlp()
@@ -134,18 +135,17 @@ def passes(repeats: int = 100) -> dict:
     ]
     weights = [V[:, s].unflatten(1, shape) for s, shape in zip(slices, blocks) if len(shape) == 2]
 
-    def point() -> None:
-        x = torch.empty_like(y)
+    def step() -> None:  # (1 - gamma) y_b + gamma V_b^T a_b, the GLMO's point formed by the move
+        out = torch.empty_like(y)
         for s, a_b in zip(slices, a):
-            torch.mv(V[:, s].T, a_b, out=x[s])
+            torch.addmv(y[s], V[:, s].T, a_b, beta=0.9, alpha=0.1, out=out[s])
 
     timed = {
         "blend (weights, in place)": lambda: [
             w.baddbmm_(d, f, beta=0.9, alpha=0.1) for w, (d, f) in zip(weights, factors)
         ],
         "Gram matrices": lambda: torch.stack([_gram(V[:, s]) for s in slices]),
-        "V y": lambda: V @ y,
-        "point": point,
+        "point formed by the step": step,
         "Taylor product with its difference": lambda: V @ torch.sub(y, y_last, out=work),
     }
     out = {}

@@ -86,6 +86,21 @@ class LazyJacobian:
         raise NotImplementedError
 
 
+class LazyPoint:
+    """A GLMO's point held in a cheaper form than its array, for the step that moves toward it to form:
+    ``lerp(y, gamma)`` gives the flat y + gamma (x - y) without writing x, in ``dtype`` on ``device``;
+    ``dense()`` writes x in the domain's shape."""
+
+    dtype: torch.dtype
+    device: torch.device
+
+    def dense(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def lerp(self, y: torch.Tensor, gamma: float) -> torch.Tensor:
+        raise NotImplementedError
+
+
 @encodable
 @dataclass
 class BatchJacobian(LazyJacobian):

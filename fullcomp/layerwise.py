@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from fullcomp.autodiff import LazyJacobian, all_finite, backward, graph_nodes
+from fullcomp.autodiff import LazyJacobian, LazyPoint, all_finite, backward, graph_nodes
 from fullcomp.grouped import Grouped
 from fullcomp.serial import encodable
 
@@ -193,6 +193,27 @@ class LayerJacobian(LazyJacobian):
 
     def to(self, dtype: torch.dtype) -> LazyJacobian | torch.Tensor:
         return self if dtype == self.dtype else self.dense().to(dtype)
+
+    @torch.no_grad()
+    def at_sample(self) -> torch.Tensor:
+        """(m,): J theta at the parameters theta of the forward pass, from the layers' outputs, without a pass
+        over J: a layer's output is linear in its weight and bias, so J_g . theta is the sum over group g's rows
+        and the captured calls of delta_i . output_i (less delta_i . b where the bias is not one of the params)."""
+        offsets = self.layers.offsets
+        total = torch.zeros(self.slices[-1].stop, dtype=self.dtype, device=self.device)
+        for call, _, delta in self.parts:
+            output = call.output.detach()
+            output = (output if self.order is None else output[self.order]).to(self.dtype)
+            bias = call.module.bias
+            if bias is not None and id(bias) not in offsets:
+                channels = -1 if type(call.module) is torch.nn.Linear else 1
+                shape = [1] * output.dim()
+                shape[channels] = -1
+                output = output - bias.detach().to(self.dtype).view(shape)
+            total += (delta * output).reshape(delta.shape[0], -1).sum(1)
+        if self.equal:
+            return total.view(self.m, -1).sum(1)
+        return torch.stack([total[rows].sum() for rows in self.slices])
 
     @torch.no_grad()
     def factored(self, at: torch.Tensor) -> FactoredJacobian | None:
@@ -508,13 +529,14 @@ class FactoredJacobian(LazyJacobian):
         return self.dense() * factor
 
 
-class FactoredPoint:
+class FactoredPoint(LazyPoint):
     """The flat point x with x_b = V_b^T a_b on each block b of columns, for V a :class:`FactoredJacobian`: the
     dual GLMO's point, kept as its coefficients (k, m) so that a Frank-Wolfe step forms y + gamma (x - y) by one
     product a layer (:meth:`lerp`) instead of writing x and then making a pass over both."""
 
     def __init__(self, V: FactoredJacobian, coefficients: torch.Tensor, slices: list[slice], shape: tuple):
         self.V, self.coefficients, self.slices, self.shape = V, coefficients, slices, shape
+        self.dtype, self.device = V.dtype, V.at.device
 
     def dense(self) -> torch.Tensor:
         return self._write(None, 0.0).reshape(self.shape)

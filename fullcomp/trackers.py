@@ -28,7 +28,9 @@ class Revision:
     V = keep V_since + weight J, J a :class:`BatchJacobian` (None: no such term).
 
     A GLMO that keeps products with V (column generation's pooled atoms' images V a_j) updates them on J's
-    few columns instead of recomputing them over every entry.
+    few columns instead of recomputing them over every entry.  ``image``, where the tracker knows it, is V y at
+    the state's point y in float64 (:meth:`fullcomp.oracles.tracked.TrackedModel.advance`), which the dual GLMO
+    then takes instead of a pass over V.
     """
 
     tag: int
@@ -36,6 +38,7 @@ class Revision:
     keep: float = 1.0
     weight: float = 0.0
     jacobian: BatchJacobian | None = None
+    image: torch.Tensor | None = None
 
 
 def polyak(

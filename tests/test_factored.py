@@ -15,8 +15,13 @@ import torch
 from test_layerwise import Shared  # a wide Linear layer called twice, then a one-output head (written out)
 
 import fullcomp as fc
-from fullcomp.glmo.dual import DualBallGLMO
+from fullcomp.algorithms.iterate import DenseIterate
+from fullcomp.autodiff import dense
+from fullcomp.glmo import dual
+from fullcomp.glmo.dual import BlockPoint, DualBallGLMO
 from fullcomp.layerwise import DenseColumns, FactoredJacobian, FactoredPoint, LayerGradients, RowFactors
+from fullcomp.oracles import tracked
+from fullcomp.trackers import Revision
 
 M = 3
 ROWS = 9  # fewer than the wide layers' inputs and outputs: their weight gradients are kept as factors
@@ -189,6 +194,11 @@ def test_scfw_keeps_each_sample_as_factors_and_takes_the_arrays_steps(wide, monk
     assert kinds == [torch.Tensor] * 6
     # the GLMO is certified to its tolerance, not to the last bit: iterates agree to it
     torch.testing.assert_close(factored, dense, rtol=1e-6, atol=1e-8)
+    monkeypatch.setattr(tracked, "IMAGE_SIZE", 0)  # V y from the layers' outputs, handed to the GLMO
+    monkeypatch.setattr(DualBallGLMO, "takes_factored", True)
+    imaged, kinds = loop(fc.optim.SCFW, initial, domain, 6)
+    assert kinds == [FactoredJacobian] * 6
+    torch.testing.assert_close(imaged, factored, rtol=1e-6, atol=1e-8)
 
 
 def test_scfw_on_factors_resumes_bit_for_bit(wide) -> None:
@@ -259,3 +269,51 @@ def test_a_layer_called_on_more_rows_than_its_features_is_written_out() -> None:
         losses = torch.nn.functional.softplus(net(torch.tanh(net(X))).sum(1))
     jac = layers.jacobian(fc.Grouped(losses, groups, M), torch.float64)
     assert jac is not None and jac.factored(flat(list(net.parameters()))) is None
+
+
+def test_the_tracker_keeps_v_y_by_its_recursion_and_the_step_forms_the_point(wide, monkeypatch) -> None:
+    """HMSFW's V_k y_k kept by (1 - beta)(V_{k-1} y_{k-1} + gamma (u - z)) + beta J y_k against the product itself
+    at every step, and the whole loop against the one where the GLMO makes its own pass and writes x."""
+    initial, domain = wide
+    straight, _ = loop(fc.optim.HMSFW, initial, domain, 6)
+    monkeypatch.setattr(tracked, "IMAGE_SIZE", 0)  # the recursion and the point by the step on a small network
+    monkeypatch.setattr(dual, "NUMPY_SIZE", 0)
+    forms = []
+    move = DenseIterate.move
+    monkeypatch.setattr(DenseIterate, "move", lambda self, y, *a: forms.append(type(a[1].x)) or move(self, y, *a))
+    gen = torch.Generator().manual_seed(5)
+    X, y = torch.randn(6, 24, 40, dtype=torch.float64, generator=gen), torch.rand(6, 24, generator=gen)
+    net = copy.deepcopy(initial)
+    opt = fc.optim.HMSFW(net.parameters(), cp.max(fc.inner_value(M)), domain)
+    for k in range(6):
+        opt.step(lambda k=k: fc.Grouped((net(X[k]).reshape(-1) - y[k]) ** 2, torch.arange(24) // 8, M))
+        state = opt.stepper.state
+        assert state.revision.image is not None
+        torch.testing.assert_close(state.revision.image, dense(state.V) @ state.y, rtol=1e-9, atol=1e-12)
+    assert forms and set(forms) == {BlockPoint}
+    recursed, _ = loop(fc.optim.HMSFW, initial, domain, 6)
+    torch.testing.assert_close(recursed, straight, rtol=1e-6, atol=1e-8)  # to the GLMO's certified accuracy
+    resumed, _ = loop(fc.optim.HMSFW, initial, domain, 6, resume_at=3)  # the kept V y is the checkpoint's
+    assert torch.equal(resumed, recursed)
+
+
+def test_the_dual_glmo_takes_the_trackers_v_y_and_gives_its_point_to_the_step(monkeypatch) -> None:
+    gen = torch.Generator().manual_seed(0)
+    V, y = torch.randn(M, 50, dtype=torch.float64, generator=gen), torch.randn(50, dtype=torch.float64, generator=gen)
+    y = y / (2 * torch.linalg.norm(y))
+    z = np.array([0.3, -0.2, 0.1])
+    domain = fc.Product(fc.L2Ball(20, 1.0), fc.L2Ball(30, 0.5))
+    glmo = fc.build_glmo(cp.max(fc.inner_value(M)), domain)
+    written = glmo.solve(z, V, y)
+    assert torch.is_tensor(written.x)  # lazy_point is off: a caller of the GLMO itself gets the array
+    monkeypatch.setattr(dual, "NUMPY_SIZE", 0)
+    glmo.lazy_point = True
+    lazy = glmo.solve(z, V, y, revision=Revision(0, image=(V @ y).double()))
+    assert isinstance(lazy.x, BlockPoint) and abs(lazy.value - written.value) <= 1e-8
+    x = lazy.x.dense()  # the same program up to V y's rounding: the same point to the solver's accuracy
+    torch.testing.assert_close(x, written.x, rtol=0, atol=1e-7)
+    torch.testing.assert_close(lazy.x.lerp(y, 0.3), torch.lerp(y, x, 0.3), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(lazy.inner, z + (V @ (x - y)).numpy(), rtol=0, atol=1e-9)
+    # the tracker's V y is what the program reads: a wrong one moves the answer
+    off = glmo.solve(z, V, y, revision=Revision(0, image=(V @ y).double() + 1.0))
+    assert abs(off.value - (written.value - 1.0)) <= 1e-6

@@ -112,6 +112,27 @@ def test_group_gradients_match_each_groups_own(name, order):
     assert jac.blend(previous, 0.3, previous) is previous  # in place, as fc.optim's loop blends
     torch.testing.assert_close(previous, out, rtol=1e-12, atol=1e-14)
     assert jac.finite() and jac.shape == tuple(want.shape)
+    # J theta at the parameters of the forward pass, from the layers' outputs (the tracker's V y recursion)
+    theta = torch.cat([p.detach().reshape(-1) for p in params])
+    torch.testing.assert_close(jac.at_sample(), want @ theta, rtol=1e-10, atol=1e-12)
+
+
+def test_the_product_at_the_sample_leaves_out_a_bias_that_is_not_optimized():
+    """A layer's output holds its bias; where the bias is not one of the params, J has no columns for it."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv1d(2, 3, 3), torch.nn.Tanh(), torch.nn.Flatten(), torch.nn.Linear(9, 1))
+    net = net.double()
+    params = [net[0].weight, net[3].weight]  # both biases fixed
+    X = torch.randn(12, 2, 5, dtype=torch.float64)
+    groups = groups_of(12)
+    layers = LayerGradients(params)
+    with layers.capture():
+        losses = flat_losses(net, X)
+    jac = layers.jacobian(fc.Grouped(losses, groups, M), torch.float64)
+    assert jac is not None
+    want = reference(flat_losses(net, X), groups, params)
+    theta = torch.cat([p.detach().reshape(-1) for p in params])
+    torch.testing.assert_close(jac.at_sample(), want @ theta, rtol=1e-10, atol=1e-12)
 
 
 def test_a_parameter_outside_the_layers_takes_the_caller_path():

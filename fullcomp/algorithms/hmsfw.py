@@ -76,6 +76,8 @@ class Algorithm1:
         self.point = point = iterate(problem, run)
         self.solver = build_glmo(self.outer, problem.domain, route=hp["glmo"], pool=hp["pool"], device=run.device)
         self.factored = getattr(self.solver, "takes_factored", False)  # it reads a V kept as layer factors
+        if hasattr(self.solver, "lazy_point"):  # its point formed by the move (both iterates take such points)
+            self.solver.lazy_point = True
         self.model = tracked_model(
             problem,
             hp,
@@ -135,7 +137,9 @@ class Algorithm1:
         gamma = gamma * self.hp["step_scale"]  # read at each step: a Stepper (fc.optim's lr) may change it
         y, atoms = self.point.move(state.y, state.atoms, res, gamma, k)  # y_{k+1} = y_k + gamma_k (x_k - y_k)
         moved = {"atoms": atoms, "start": state.start * (1 - gamma), "z_exact": self.exact and rho == 1}
-        new = self.model.advance(state, y, beta, rho, k + 1, **moved)  # V_{k+1}, z_{k+1} from one sample at y_{k+1}
+        # V_k (y_{k+1} - y_k) = gamma (u - z_k) from the GLMO's model u = z_k + V_k (x_k - y_k): V y's recursion.
+        step_image = None if res.inner is None else gamma * (res.inner - numpy(state.z))
+        new = self.model.advance(state, y, beta, rho, k + 1, step_image, **moved)  # V_{k+1}, z_{k+1} at y_{k+1}
         return new, {**row, "gamma": gamma}
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fullcomp.layerwise import FactoredPoint
+from fullcomp.autodiff import LazyPoint
 from fullcomp.sets.atoms import AtomicForm, Entries, combine
 
 #: Above this many entries the atomic iterate is not rebuilt densely.
@@ -41,12 +41,13 @@ class DenseIterate:
 
     def toward(self, res: Any) -> torch.Tensor:
         """The GLMO's point in y's layout."""
-        x = res.x.dense() if isinstance(res.x, FactoredPoint) else res.x
+        x = res.x.dense() if isinstance(res.x, LazyPoint) else res.x
         return self.tensor(x.reshape(-1))
 
     def move(self, y: torch.Tensor, atoms: AtomicForm, res: Any, gamma: float, k: int) -> tuple[Any, AtomicForm]:
-        """y + gamma (x - y), and the atomic form (kept as it is); a point kept as factors is never written."""
-        if isinstance(res.x, FactoredPoint) and res.x.V.dtype == y.dtype and res.x.V.at.device == y.device:
+        """y + gamma (x - y), and the atomic form (kept as it is); a point held as products (a LazyPoint) is
+        never written."""
+        if isinstance(res.x, LazyPoint) and res.x.dtype == y.dtype and res.x.device == y.device:
             return res.x.lerp(y, gamma), atoms
         return torch.lerp(y, self.toward(res), gamma), atoms
 

@@ -158,6 +158,9 @@ class GLMOResult:
     #: The total slack the elastic program gave the problem's constraints (0: the linearized constraints held);
     #: ``value`` then includes penalty * slack, and the gap bounds the elastic program's.
     slack: float = field(default=0.0, kw_only=True)
+    #: The model's inner value z + V (x - y) at x in float64, where the route has it (the dual route, from the
+    #: Gram matrices): a Frank-Wolfe step's V (y_next - y) is gamma (inner - z) without a pass over V.
+    inner: np.ndarray | None = field(default=None, kw_only=True)
 
 
 def as_numpy(a: Any) -> np.ndarray:
