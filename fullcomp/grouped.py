@@ -111,12 +111,15 @@ class Grouped:
         if m is None:
             raise ModelError("fc.Grouped: with groups=, give m= (the number of groups, the length of u)")
         groups = groups.long()
-        if groups.numel() and bool((groups.min() < 0) | (groups.max() >= m)):
+        # Rows below 0, in each group and above m - 1, counted by one bincount and read by one synchronisation.
+        tally = torch.bincount(groups.clamp(-1, m) + 1, minlength=m + 2)
+        below, *each, above = tally.tolist()
+        if below or above:
             bad = groups[(groups < 0) | (groups >= m)][0]
             raise ModelError(f"fc.Grouped: groups holds {int(bad)}, outside 0..{m - 1} (m={m})")
-        counts = torch.bincount(groups, minlength=m)
-        if bool((counts == 0).any()):
-            empty = torch.nonzero(counts == 0).flatten().tolist()
+        counts = tally[1:-1]
+        if 0 in each:
+            empty = [g for g, count in enumerate(each) if count == 0]
             raise OracleError(
                 f"fc.Grouped: group(s) {empty} have no rows in this batch, so their mean loss is undefined; draw "
                 "batches that hold every group"

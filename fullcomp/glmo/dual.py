@@ -259,7 +259,8 @@ class DualBallGLMO(GLMO):
         if str(solution.status) not in ("Solved", "AlmostSolved"):
             raise SolverError(f"the dual GLMO's program: Clarabel reports {solution.status}")
         x, dual = np.asarray(solution.x), np.asarray(solution.z)
-        return x[: k * n].reshape(k, n), -dual[:n], master._select_u @ x[k * n :]
+        u = x[k * n + master.u_start : k * n + master.u_start + n]  # F's u among its variables
+        return x[: k * n].reshape(k, n), -dual[:n], u
 
     def _program(self) -> tuple:
         """(A, the view of A's values holding the link's L entries, P, the right-hand side below the link, the

@@ -70,7 +70,7 @@ class ConicMaster:
         self.P_F = _canonical(data["P"]) if "P" in data else None
         if self.P_F is not None and self.P_F.nnz == 0:
             self.P_F = None  # a zero P is no P
-        start = data[cp.settings.PARAM_PROB].var_id_to_col[outer.u.id]
+        start = self.u_start = data[cp.settings.PARAM_PROB].var_id_to_col[outer.u.id]  # u's first column
         self.nv = A_F.shape[1]
         select_u = self._select_u = sp.csc_matrix(
             (np.ones(self.n), (np.arange(self.n), start + np.arange(self.n))), shape=(self.n, self.nv)
