@@ -228,14 +228,22 @@ def test_closed_form_lmos_of_the_catalog_run_on_cuda_tensors():
         assert on_gpu.is_cuda and torch.allclose(on_gpu.cpu(), torch.as_tensor(domain.lmo(d.cpu().numpy())))
 
 
-def test_layer_wise_group_gradients_and_the_dual_glmo_on_cuda_match_the_cpu_run():
+@pytest.mark.parametrize("kept", ["by-the-glmo", "by-the-tracker"])
+def test_layer_wise_group_gradients_and_the_dual_glmo_on_cuda_match_the_cpu_run(kept, monkeypatch):
     """fc.optim.HMSFW with per-row fc.Grouped losses through row-wise layers (the Jacobian of fullcomp.layerwise)
-    and one l2 ball per layer (the dual GLMO, on V's device): the CUDA run follows the CPU run."""
+    and one l2 ball per layer (the dual GLMO, on V's device): the CUDA run follows the CPU run.  "by-the-tracker":
+    V y kept by the tracker's recursion and the point formed by the step (BlockPoint), as on a large network."""
     import copy
 
     import cvxpy as cp
 
     import fullcomp as fc
+    from fullcomp.glmo import dual
+    from fullcomp.oracles import tracked
+
+    if kept == "by-the-tracker":
+        monkeypatch.setattr(tracked, "IMAGE_SIZE", 0)
+        monkeypatch.setattr(dual, "NUMPY_SIZE", 0)
 
     torch.manual_seed(0)
     initial = torch.nn.Sequential(
@@ -260,5 +268,6 @@ def test_layer_wise_group_gradients_and_the_dual_glmo_on_cuda_match_the_cpu_run(
 
             opt.step(closure)
         assert opt.stepper.plan.components["glmo"].route == "dual"
+        assert (opt.stepper.state.revision.image is not None) == (kept == "by-the-tracker")
         points[device] = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
     assert torch.allclose(points["cuda"], points["cpu"], rtol=0, atol=1e-7)
