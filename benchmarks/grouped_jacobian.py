@@ -127,12 +127,13 @@ def batched_one_hot(net: torch.nn.Module, batch: tuple, params: tuple) -> torch.
     return torch.cat([g.reshape(GROUPS, -1) for g in grads], dim=1)
 
 
-def batches(count: int, shape: tuple[int, ...], seed: int) -> list[tuple]:
+def batches(count: int, shape: tuple[int, ...], seed: int, rows: int = PER_GROUP) -> list[tuple]:
+    """``count`` batches of ``rows`` rows a group, in group order."""
     gen = torch.Generator().manual_seed(seed)
-    groups = torch.arange(GROUPS).repeat_interleave(PER_GROUP)
+    groups = torch.arange(GROUPS).repeat_interleave(rows)
     return [
         (
-            torch.rand(GROUPS * PER_GROUP, *shape, generator=gen),
+            torch.rand(GROUPS * rows, *shape, generator=gen),
             (torch.rand(groups.numel(), generator=gen) < 0.5).float(),
             groups,
         )

@@ -87,6 +87,7 @@ class Algorithm1:
             clip=hp["clip"],
             exact=self.exact,
             factored=self.factored,
+            image=getattr(self.solver, "takes_image", False),
         )
         self.schedule = schedule_of(hp, run, exact=self.exact, variant=self.variant, r_f=hp["r_f"], r_g=hp["r_g"])
         if self.exact and problem.stochastic and problem.full_batch is None:

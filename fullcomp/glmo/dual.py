@@ -89,6 +89,8 @@ class DualBallGLMO(GLMO):
     #: as its layers' factors (fullcomp.layerwise.FactoredJacobian).
     takes_tensors = True
     takes_factored = True
+    #: It reads V y from the tracker's revision where the tracker keeps it (``Revision.image``).
+    takes_image = True
     #: Whether a large tensor V's point comes back as a :class:`BlockPoint`, for the step to form (HMSFW's box,
     #: whose iterate takes such points, sets it); else as a tensor.
     lazy_point = False
@@ -129,7 +131,7 @@ class DualBallGLMO(GLMO):
             return self._solve_factored(z, V, _as_tensor(y).reshape(-1), grams, request)
         if entries is not None:
             return self._by_colgen(z, V, y, request)
-        image = None if revision is None else revision.image  # V y, kept by the tracker
+        image = getattr(revision, "image", None)  # V y, where the tracker keeps it
         n, size = self.outer.n, self.domain.size
         tensor = isinstance(V, torch.Tensor)
         Vt = _as_tensor(V)
@@ -189,7 +191,7 @@ class DualBallGLMO(GLMO):
         """The call on a V held as its layers' factors: the Gram matrices, V y and x from the factors (V y from
         the layers' own products where y is the point V was sampled at), never the (m, d) array."""
         z = self._checked_z(z, V.shape, yt)
-        image = None if request.revision is None else request.revision.image  # V y, kept by the tracker
+        image = getattr(request.revision, "image", None)  # V y, where the tracker keeps it
         Vy = (V @ yt).double() if image is None else image.to(grams.device)
         together = torch.cat([grams.reshape(-1).double(), Vy]).cpu().numpy()
         grams_np, c = together[: grams.numel()].reshape(grams.shape), z - together[grams.numel() :]

@@ -93,6 +93,9 @@ class TrackedModel:
         Where the Jacobian tracker takes a sample of layer factors whole (beta = 1, as SCFW's), keep it as a
         :class:`~fullcomp.layerwise.FactoredJacobian` instead of writing the (n, width) array: for a GLMO that
         reads such a V (``takes_factored``).
+    image : bool
+        Keep V y by its recursion (``Revision.image``, see :meth:`_image`) for a GLMO that reads it
+        (``takes_image``).
 
     Notes
     -----
@@ -121,6 +124,7 @@ class TrackedModel:
         feed: Feed | None = None,
         in_place: bool = False,
         factored: bool = False,
+        image: bool = False,
         **renamed: Any,
     ):
         for old, new in RENAMED.items():
@@ -141,6 +145,7 @@ class TrackedModel:
         self.feed = Feed(generator) if feed is None else feed
         self.tracker, self.variant, self.clip, self.exact = tracker, variant, clip, exact
         self.hessian_point, self.in_place, self.factored = hessian_point, in_place, factored
+        self.keeps_image = image
         self.entries = EntryMap(problem, device, layout)
         self.per_sample = getattr(problem, "per_sample", None)
         self.oracle: Any
@@ -266,7 +271,12 @@ class TrackedModel:
         V_{k-1} x from its Gram matrices.  This saves the GLMO a pass over V (0.5 ms of 4 x 665,089).  None
         where a term is missing, V is small (:data:`IMAGE_SIZE`) or a rank's share."""
         at_sample = getattr(jac, "at_sample", None)
-        if at_sample is None or self.entries.sharded or jac.shape[0] * jac.shape[1] < IMAGE_SIZE:
+        if (
+            not self.keeps_image
+            or at_sample is None
+            or self.entries.sharded
+            or jac.shape[0] * jac.shape[1] < IMAGE_SIZE
+        ):
             return None
         previous = None if state is None else state.revision.image
         if beta != 1 and (previous is None or step_image is None):
