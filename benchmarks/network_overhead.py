@@ -126,6 +126,8 @@ def setup(models: dict, domain: fc.Set, outer: cp.Expression, first: tuple) -> t
     sgd = torch.optim.SGD(models["erm"].parameters(), lr=0.01)
     dro_opt = torch.optim.SGD(models["group_dro"].parameters(), lr=0.01)
     q = torch.full((GROUPS,), 1.0 / GROUPS)
+    erm_step(models["erm"], sgd, first)  # their first steps allocate the gradients: untimed, as the others'
+    group_dro_step(models["group_dro"], dro_opt, q, first)
     contenders = {
         "fullcomp": lambda b: ours.step(lambda: group_losses(net, b)),
         "floor": floor.step,
