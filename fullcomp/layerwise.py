@@ -219,8 +219,8 @@ class LayerJacobian(LazyJacobian):
     def factored(self, at: torch.Tensor) -> FactoredJacobian | None:
         """This Jacobian as a :class:`FactoredJacobian` sampled at ``at`` (the flat point of the forward pass):
         an ``nn.Linear`` weight of more outputs and inputs than the rows its calls read together keeps those
-        rows' factors (and W a_i, the layer's output less its bias); every other parameter is written out.  None where
-        no weight is kept as factors (a network of convolutions and narrow layers): the array is the cheaper."""
+        rows' factors; every other parameter is written out.  None where no weight is kept as factors (a network
+        of convolutions and narrow layers): the array is the cheaper."""
         offsets = self.layers.offsets
         linear: dict[int, list | None] = {}  # a weight's nn.Linear calls; None: it is somewhere else too
         for call, a, delta in self.parts:
@@ -246,8 +246,8 @@ class LayerJacobian(LazyJacobian):
             if id(p) not in factored:
                 pieces.append(DenseColumns(start, dense[id(p)]))
                 continue
-            parts = [(a, self._products(call), delta, self._groups(a.shape[0])) for call, a, delta in factored[id(p)]]
-            fields = ([part[i] for part in parts] for i in (2, 0, 1, 3))  # deltas, inputs, products, groups
+            parts = [(delta, a, self._groups(a.shape[0])) for _, a, delta in factored[id(p)]]
+            fields = ([part[i] for part in parts] for i in range(3))  # deltas, inputs, groups
             pieces.append(RowFactors(start, *(t[0] if len(t) == 1 else torch.cat(t) for t in fields)))
         return FactoredJacobian(self.m, self.layers.width, pieces, at)
 
@@ -264,14 +264,6 @@ class LayerJacobian(LazyJacobian):
             group = group.repeat_interleave(rows // sum(counts)).to(self.device)
             cache[key] = torch.nn.functional.one_hot(group, self.m).to(self.dtype)
         return cache[key]
-
-    def _products(self, call: _Call) -> torch.Tensor:
-        """W a_i for each row of the call's input: its output, in group order, less its bias."""
-        output = call.output.detach()
-        output = (output if self.order is None else output[self.order]).to(self.dtype)
-        output = output.reshape(-1, output.shape[-1])
-        bias = call.module.bias
-        return output if bias is None else output - bias.detach().to(self.dtype)
 
     def _dense_columns(self, skip: set[int]) -> dict[int, torch.Tensor]:
         """(m, size) for every parameter not in ``skip``: its columns of J, written out (views of one buffer)."""
@@ -388,12 +380,11 @@ class LayerJacobian(LazyJacobian):
 class RowFactors:
     """An ``nn.Linear`` weight's columns of a group Jacobian: group g's row is the flattened sum, over the rows
     i of the batch in group g, of delta_i a_i^T (``deltas`` (N, out), ``inputs`` (N, in), ``groups`` (N, m) the
-    rows' groups, one-hot); ``products`` (N, out) holds W a_i at the point the Jacobian was sampled at."""
+    rows' groups, one-hot)."""
 
     start: int
     deltas: torch.Tensor
     inputs: torch.Tensor
-    products: torch.Tensor
     groups: torch.Tensor
 
     @property
@@ -406,12 +397,9 @@ class RowFactors:
         E = self.groups
         return E.T @ ((self.deltas @ self.deltas.T) * (self.inputs @ self.inputs.T)) @ E
 
-    def times(self, w: torch.Tensor, at_sample: bool) -> torch.Tensor:
-        """(m,): J_g . W for W = w's columns here; at the sampled point W a_i is ``products`` (no product)."""
-        if at_sample:
-            products = self.products
-        else:
-            products = self.inputs @ w[self.start : self.stop].view(self.deltas.shape[1], -1).T
+    def times(self, w: torch.Tensor) -> torch.Tensor:
+        """(m,): J_g . W for W = w's columns here, from W a_i for every row (one product)."""
+        products = self.inputs @ w[self.start : self.stop].view(self.deltas.shape[1], -1).T
         return self.groups.T @ (self.deltas * products).sum(1)
 
     def combine(self, coefficients: torch.Tensor, out: torch.Tensor, y: torch.Tensor | None, gamma: float) -> None:
@@ -431,7 +419,7 @@ class RowFactors:
         return out
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return self.deltas, self.inputs, self.products
+        return self.deltas, self.inputs
 
 
 @encodable
@@ -449,7 +437,7 @@ class DenseColumns:
     def gram(self) -> torch.Tensor:
         return self.values @ self.values.T
 
-    def times(self, w: torch.Tensor, at_sample: bool) -> torch.Tensor:
+    def times(self, w: torch.Tensor) -> torch.Tensor:
         return self.values @ w[self.start : self.stop]
 
     def combine(self, coefficients: torch.Tensor, out: torch.Tensor, y: torch.Tensor | None, gamma: float) -> None:
@@ -499,11 +487,9 @@ class FactoredJacobian(LazyJacobian):
         return torch.lerp(previous, self.dense(), weight, out=out)
 
     def __matmul__(self, w: torch.Tensor) -> torch.Tensor:
-        """J w for a flat w: the layers' products W a_i where w is the sampled point, one product a layer else."""
-        at = self.at
-        same = w.data_ptr() == at.data_ptr() and w.stride() == at.stride()
-        at_sample = w.shape == at.shape and (same or torch.equal(w, at))
-        return sum(piece.times(w, at_sample) for piece in self.pieces)
+        """J w for a flat w, one product a layer (at the sampled point, the tracker keeps J y from the layers'
+        outputs instead: ``LayerJacobian.at_sample``)."""
+        return sum(piece.times(w) for piece in self.pieces)
 
     def grams(self, slices: list[slice]) -> torch.Tensor | None:
         """(k, m, m): the Gram matrix of each block of columns, or None where a block splits a parameter."""

@@ -96,7 +96,7 @@ def test_the_factors_give_the_array_its_gram_matrices_products_and_points(name: 
     torch.testing.assert_close(V.dense(), want, rtol=1e-10, atol=1e-12)  # each group's own gradient
     slices = param_slices(params)
     torch.testing.assert_close(V.grams(slices), torch.stack([want[:, s] @ want[:, s].T for s in slices]))
-    # V y at the sampled point from the layers' own outputs, anywhere else by a product a layer
+    # J w by one product a layer, at the sampled point (and a copy of it) as anywhere else
     torch.testing.assert_close(V @ at, want @ at, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(V @ at.clone(), want @ at, rtol=1e-10, atol=1e-12)
     w = torch.randn(at.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
