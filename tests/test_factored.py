@@ -309,7 +309,7 @@ def test_the_dual_glmo_takes_the_trackers_v_y_and_gives_its_point_to_the_step(mo
     monkeypatch.setattr(dual, "NUMPY_SIZE", 0)
     glmo.lazy_point = True
     lazy = glmo.solve(z, V, y, revision=Revision(0, image=(V @ y).double()))
-    assert isinstance(lazy.x, BlockPoint) and abs(lazy.value - written.value) <= 1e-8
+    assert isinstance(lazy.x, BlockPoint) and abs(lazy.value - written.value) <= 1e-7  # Clarabel's accuracy
     x = lazy.x.dense()  # the same program up to V y's rounding: the same point to the solver's accuracy
     torch.testing.assert_close(x, written.x, rtol=0, atol=1e-7)
     torch.testing.assert_close(lazy.x.lerp(y, 0.3), torch.lerp(y, x, 0.3), rtol=0, atol=1e-12)
